@@ -1,0 +1,295 @@
+// The gated GQA layer (SPEC §2, §4, §5): one fused projection GEMM, gates, QK-norm, RoPE, KV cache,
+// the fused SDPA-then-gate kernel, o_proj. MHA (H_kv = H_q) and MQA (H_kv = 1) are special cases.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gattn/attention/backend.hpp"
+#include "gattn/attention/kv_cache.hpp"
+#include "gattn/attention/projection.hpp"
+#include "gattn/attention/rope.hpp"
+#include "gattn/core/validate.hpp"
+#include "gattn/core/weights.hpp"
+#include "gattn/diagnostics/statistics.hpp"
+#include "gattn/gate/gate.hpp"
+#include "gattn/kernel/fused_sdpa.hpp"
+#include "gattn/kernel/vector_ops.hpp"
+
+namespace gattn {
+
+/// A gated GQA attention layer with fixed weights. Calls are const: one layer object can serve
+/// many sequences (one kv_cache each) from several threads at once.
+class gqa_layer {
+ public:
+  /// Validates `cfg` and takes the weights it needs from `w` (weight_error names any that is
+  /// missing or mis-shaped).
+  gqa_layer(const gqa_config& cfg, const weight_map& w) : cfg_(cfg), rope_(cfg.rope) {
+    validate(cfg_);
+    load(w);
+  }
+
+  const gqa_config& config() const { return cfg_; }
+  void set_backend(sdpa_backend b) { backend_ = b; }
+  sdpa_backend backend() const { return backend_; }
+
+  /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for
+  /// causal and non-causal layers.
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr) const {
+    layer_workspace ws;
+    run(x, y, nullptr, ws, stats);
+  }
+
+  /// Appends x's T tokens to `cache` (positions cache.size() ...) and writes their outputs.
+  /// A non-empty cache makes this a chunked prefill or a decode step, which need a causal layer.
+  void prefill(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
+               statistics_observer* stats = nullptr) const {
+    detail::require<cache_error>(cfg_.causal || cache.size() == 0,
+                                 "gqa_layer: a non-causal layer cannot continue a sequence from a cache (cache holds ",
+                                 cache.size(), " tokens); run it on the whole sequence at once");
+    detail::require<shape_error>(cache.key_width() == kv_width() && cache.value_width() == kv_width(),
+                                 "gqa_layer: cache rows are ", cache.key_width(), "/", cache.value_width(),
+                                 " wide, the layer needs ", kv_width(), " (kv_heads * head_dim)");
+    run(x, y, &cache, cache.workspace(), stats);
+  }
+
+  /// Token-by-token decode: the same as prefill() of the new rows.
+  void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
+              statistics_observer* stats = nullptr) const {
+    detail::require<cache_error>(cfg_.causal, "gqa_layer: decode needs a causal layer (causal=false)");
+    prefill(x, cache, y, stats);
+  }
+
+ private:
+  index kv_width() const { return cfg_.kv_heads * cfg_.head_dim; }
+
+  // Column layout of the fused projection output P [T, n_cols]:
+  //   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
+  // fused_q rows of q_proj are permuted at load time from the checkpoint's interleaved layout
+  // (per_head or per_kv_group) into this one, so the kernel reads q and u with plain strides.
+  index col_k() const { return cfg_.q_heads * cfg_.head_dim; }
+  index col_v() const { return col_k() + kv_width(); }
+  index col_extra() const { return col_v() + kv_width(); }
+
+  void load(const weight_map& w) {
+    const index d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim, G = cfg_.group_size();
+    const gate_config& g = cfg_.gate;
+    gate_ = shape_of_gate(cfg_);
+    const bool fused = g.enabled && g.source == gate_source::fused_q;
+    const index per = gate_.per_head;
+    const index q_rows = fused ? Hq * (D + per) : Hq * D;
+    const tensor& wq = w.get("q_proj.weight", {q_rows, d});
+    const tensor* bq = w.find("q_proj.bias", {q_rows});
+    const tensor& wk = w.get("k_proj.weight", {Hkv * D, d});
+    const tensor* bk = w.find("k_proj.bias", {Hkv * D});
+    const tensor& wv = w.get("v_proj.weight", {Hkv * D, d});
+    const tensor* bv = w.find("v_proj.bias", {Hkv * D});
+
+    // source rows of the fused projection, in P's column order
+    struct row_ref { const tensor* w; const tensor* b; index row; };
+    std::vector<row_ref> rows;
+    auto q_row = [&](index h, index k) -> index {  // row of q_proj holding channel k of head h's query
+      if (!fused) return h * D + k;
+      if (g.layout == fused_layout::per_head) return h * (D + per) + k;
+      return (h / G) * G * (D + per) + (h % G) * D + k;
+    };
+    auto u_row = [&](index h, index k) -> index {  // row of q_proj holding gate score k of head h
+      if (g.layout == fused_layout::per_head) return h * (D + per) + D + k;
+      return (h / G) * G * (D + per) + G * D + (h % G) * per + k;
+    };
+    for (index h = 0; h < Hq; ++h)
+      for (index k = 0; k < D; ++k) rows.push_back({&wq, bq, q_row(h, k)});
+    for (index r = 0; r < Hkv * D; ++r) rows.push_back({&wk, bk, r});
+    for (index r = 0; r < Hkv * D; ++r) rows.push_back({&wv, bv, r});
+    if (fused) {
+      for (index h = 0; h < Hq; ++h)
+        for (index k = 0; k < per; ++k) rows.push_back({&wq, bq, u_row(h, k)});
+    } else if (g.enabled && g.source == gate_source::separate) {
+      const tensor& wg = w.get("g_proj.weight", {gate_.scores(), d});
+      const tensor* bg = w.find("g_proj.bias", {gate_.scores()});
+      for (index r = 0; r < gate_.scores(); ++r) rows.push_back({&wg, bg, r});
+    } else if (g.enabled && g.source == gate_source::low_rank) {
+      const tensor& wa = w.get("g_a_proj.weight", {g.rank, d});
+      const tensor* ba = w.find("g_a_proj.bias", {g.rank});
+      for (index r = 0; r < g.rank; ++r) rows.push_back({&wa, ba, r});
+      const tensor& wb = w.get("g_b_proj.weight", {gate_.scores(), g.rank});
+      gate_b_ = make_linear(wb, w.find("g_b_proj.bias", {gate_.scores()}));
+    }
+    n_cols_ = index(rows.size());
+    qkvg_.weight.resize(n_cols_, d);
+    bool any_bias = false;
+    for (const row_ref& r : rows) any_bias = any_bias || r.b != nullptr;
+    if (any_bias) qkvg_.bias = Eigen::VectorXf::Zero(n_cols_);
+    for (index c = 0; c < n_cols_; ++c) {
+      const row_ref& r = rows[std::size_t(c)];
+      std::copy_n(r.w->data.data() + r.row * d, d, qkvg_.weight.row(c).data());
+      if (r.b) qkvg_.bias[c] = r.b->data[std::size_t(r.row)];
+    }
+    o_ = make_linear(w.get("o_proj.weight", {d, Hq * D}), w.find("o_proj.bias", {d}));
+    if (cfg_.qk_norm != norm_kind::none) {
+      q_norm_ = w.get("q_norm.weight", {D}).data;
+      k_norm_ = w.get("k_norm.weight", {D}).data;
+    }
+    if (cfg_.output_norm != norm_kind::none) o_norm_ = w.get("o_norm.weight", {D}).data;
+  }
+
+  static linear_map make_linear(const tensor& wt, const tensor* b) {
+    linear_map m;
+    m.weight = Eigen::Map<const row_matrix>(wt.data.data(), wt.shape[0], wt.shape[1]);
+    if (b) m.bias = Eigen::Map<const Eigen::VectorXf>(b->data.data(), b->shape[0]);
+    return m;
+  }
+
+  void run(matrix_view<const float> x, matrix_view<float> y, kv_cache* cache, layer_workspace& ws,
+           statistics_observer* stats) const {
+    const index T = x.rows, d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
+    detail::require<shape_error>(x.cols == d && y.cols == d && y.rows == T && x.row_stride >= d && y.row_stride >= d,
+                                 "gqa_layer: x is [", x.rows, ", ", x.cols, "] and y is [", y.rows, ", ", y.cols,
+                                 "]; both must be [T, hidden_size=", d, "]");
+    if (T == 0) return;
+    const index pos0 = cache ? cache->size() : 0;
+    if (cache) cache->check_room(T);
+    const gate_config& g = cfg_.gate;
+
+    // 1. one GEMM for q, k, v and the gate scores
+    layer_workspace::fit(ws.projections, T * n_cols_);
+    float* P = ws.projections.data();
+    qkvg_.apply(x.data, T, x.row_stride, P, n_cols_);
+    gate_scores u;
+    if (g.enabled) {
+      if (g.source == gate_source::low_rank) {
+        layer_workspace::fit(ws.gate_scores, T * gate_.scores());
+        gate_b_.apply(P + col_extra(), T, n_cols_, ws.gate_scores.data(), gate_.scores());
+        u = {ws.gate_scores.data(), gate_.scores(), gate_.per_head};
+      } else {
+        u = {P + col_extra(), n_cols_, gate_.per_head};
+      }
+      // the scores live in this call's workspace, so sharing may overwrite them in place
+      if (g.shared) u = share_over_heads(const_cast<float*>(u.data), T, u.token_stride, gate_);
+      if (stats) {
+        layer_workspace::fit(ws.activated, T * gate_.scores());
+        activated_gate_values(ws.activated.data(), T, gate_, u, g.activation);
+        stats->add_gate(ws.activated.data(), T * gate_.scores());
+      }
+    }
+
+    // 2. G2 / G3 / G4 gate the projection outputs
+    if (g.enabled && g.position == gate_position::g2) apply_gate_rows(P + col_v(), T, n_cols_, D, gate_, u, g.activation, g.combine);
+    if (g.enabled && g.position == gate_position::g3) apply_gate_rows(P + col_k(), T, n_cols_, D, gate_, u, g.activation, g.combine);
+    if (g.enabled && g.position == gate_position::g4) apply_gate_rows(P, T, n_cols_, D, gate_, u, g.activation, g.combine);
+
+    // 3. QK-norm and 4. RoPE, in place
+    const float eps = float(cfg_.rms_norm_eps);
+    const bool zc = cfg_.qk_norm == norm_kind::rms_zero_centered;
+    rope_rotator rope = rope_;  // a copy: its cos/sin tables are per call
+    rope.prepare(pos0, T);
+    for (index t = 0; t < T; ++t) {
+      float* row = P + t * n_cols_;
+      for (index h = 0; h < Hq + Hkv; ++h) {
+        float* head = row + h * D;  // q heads then k heads are contiguous in P
+        if (cfg_.qk_norm != norm_kind::none) rms_norm(head, (h < Hq ? q_norm_ : k_norm_).data(), D, eps, zc);
+        rope.rotate(head, pos0 + t);
+      }
+    }
+
+    // 5. the cache
+    const float* K = P + col_k();
+    const float* V = P + col_v();
+    index kv_stride = n_cols_, t_k = T;
+    if (cache) {
+      for (index t = 0; t < T; ++t) {
+        std::copy_n(P + t * n_cols_ + col_k(), kv_width(), cache->key(pos0 + t));
+        std::copy_n(P + t * n_cols_ + col_v(), kv_width(), cache->value(pos0 + t));
+      }
+      cache->commit(T);
+      K = cache->key(0);
+      V = cache->value(0);
+      kv_stride = kv_width();
+      t_k = cache->size();
+    }
+
+    // 6.-8. SDPA, output norm and the G1 gate in the kernel's epilogue
+    sdpa_params p;
+    p.t_q = T;
+    p.t_k = t_k;
+    p.q_heads = Hq;
+    p.kv_heads = Hkv;
+    p.d_qk = p.d_v = D;
+    p.q = P;
+    p.q_token_stride = n_cols_;
+    p.q_head_stride = D;
+    p.k = K;
+    p.v = V;
+    p.k_token_stride = p.v_token_stride = kv_stride;
+    p.k_head_stride = p.v_head_stride = D;
+    layer_workspace::fit(ws.gated, T * Hq * D);
+    p.out = ws.gated.data();
+    p.out_token_stride = Hq * D;
+    p.out_head_stride = D;
+    p.scale = float(cfg_.scale());
+    p.causal = cfg_.causal;
+    sdpa_epilogue epi;
+    epi.out_norm = cfg_.output_norm;
+    epi.out_norm_weight = o_norm_.empty() ? nullptr : o_norm_.data();
+    epi.out_norm_eps = eps;
+    if (g.enabled && g.position == gate_position::g1) {
+      epi.gate_scores = u.data;
+      epi.gate_token_stride = u.token_stride;
+      epi.gate_head_stride = u.head_stride;
+      epi.gate_headwise = gate_.per_head == 1;
+      epi.gate_activation = g.activation;
+      epi.gate_combine = g.combine;
+    }
+    if (!stats) {
+      p.epilogue = epi;
+      run_sdpa(p, backend_);
+    } else {
+      // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of
+      // every row: run the kernel bare, then apply the same epilogue with the vector ops.
+      layer_workspace::fit(ws.lse, Hq * T);
+      p.lse = ws.lse.data();
+      run_sdpa(p, backend_);
+      observe_attention(p, ws, *stats);
+      layer_workspace::fit(ws.attention, T * Hq * D);
+      std::copy_n(ws.gated.data(), T * Hq * D, ws.attention.data());
+      apply_sdpa_epilogue(p, epi);
+      const bool sparsity = g.enabled && g.position == gate_position::g1 && g.combine == combine::mul &&
+                            cfg_.output_norm == norm_kind::none;
+      if (sparsity) stats->add_sdpa_and_gated(ws.attention.data(), ws.gated.data(), T * Hq * D);
+    }
+
+    // 9. o_proj, then G5
+    o_.apply(ws.gated.data(), T, Hq * D, y.data, y.row_stride);
+    if (g.enabled && g.position == gate_position::g5) apply_gate_rows(y.data, T, y.row_stride, 0, gate_, u, g.activation, g.combine);
+    if (stats)
+      for (index t = 0; t < T; ++t) stats->add_output(y.row(t), d);
+  }
+
+  /// p_{i,0} = exp(scale·q_i·k_0 − lse_i) for every new query row and head.
+  void observe_attention(const sdpa_params& p, const layer_workspace& ws, statistics_observer& stats) const {
+    const index G = cfg_.group_size();
+    std::vector<float> first(std::size_t(p.q_heads));
+    for (index i = 0; i < p.t_q; ++i) {
+      for (index h = 0; h < p.q_heads; ++h) {
+        const float* q = p.q + i * p.q_token_stride + h * p.q_head_stride;
+        const float* k = p.k + (h / G) * p.k_head_stride;
+        double dot = 0;
+        for (index c = 0; c < p.d_qk; ++c) dot += double(q[c]) * double(k[c]);
+        const double lse = ws.lse[std::size_t(h * p.t_q + i)];
+        first[std::size_t(h)] = std::isinf(lse) ? 0.0f : float(std::exp(double(p.scale) * dot - lse));
+      }
+      stats.add_first_token_probs(p.t_k - p.t_q + i, first.data(), p.q_heads);
+    }
+  }
+
+  gqa_config cfg_;
+  rope_rotator rope_;
+  gate_shape gate_;
+  index n_cols_ = 0;
+  linear_map qkvg_, gate_b_, o_;
+  std::vector<float> q_norm_, k_norm_, o_norm_;
+  sdpa_backend backend_ = sdpa_backend::kernel;
+};
+
+}  // namespace gattn

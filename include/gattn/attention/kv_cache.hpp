@@ -1,0 +1,72 @@
+// KV cache for one sequence of one layer (SPEC §5), plus the per-sequence scratch the layer reuses.
+#pragma once
+
+#include <vector>
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+
+namespace gattn {
+
+/// Scratch buffers a layer reuses across calls on one sequence, so that decode does not touch
+/// fresh pages every token (4 KiB page faults are expensive). Contents are meaningless between calls.
+struct layer_workspace {
+  std::vector<float> projections, gate_scores, low_rank, attention, gated, activated, scratch;
+  std::vector<float> lse;
+
+  static void fit(std::vector<float>& v, index n) {
+    if (index(v.size()) < n) v.resize(std::size_t(n));
+  }
+};
+
+/// Rows of keys and values, appended in order; `size()` tokens are valid. GQA stores K (after
+/// norm and RoPE) and V (after any G2 gate) as [capacity, H_kv·D] each; MLA stores the latent
+/// [capacity, d_c + d_rope] as its key rows and no value rows (value_width 0).
+class kv_cache {
+ public:
+  kv_cache() = default;
+  kv_cache(index capacity, index key_width, index value_width)
+      : capacity_(capacity), key_width_(key_width), value_width_(value_width) {
+    detail::require<config_error>(capacity >= 0 && key_width > 0 && value_width >= 0, "kv_cache: capacity=",
+                                  capacity, " key_width=", key_width, " value_width=", value_width, " are invalid");
+    keys_.resize(std::size_t(capacity * key_width));
+    values_.resize(std::size_t(capacity * value_width));
+  }
+  /// A GQA cache for `capacity` tokens of the layer described by `c`.
+  kv_cache(const gqa_config& c, index capacity) : kv_cache(capacity, c.kv_heads * c.head_dim, c.kv_heads * c.head_dim) {}
+  /// An MLA latent cache: normalised c and roped k_rope, d_c + d_rope values per token.
+  kv_cache(const mla_config& c, index capacity) : kv_cache(capacity, c.kv_lora_rank + c.qk_rope_head_dim, 0) {}
+
+  index size() const { return size_; }
+  index capacity() const { return capacity_; }
+  index key_width() const { return key_width_; }
+  index value_width() const { return value_width_; }
+
+  float* key(index t) { return keys_.data() + t * key_width_; }
+  const float* key(index t) const { return keys_.data() + t * key_width_; }
+  float* value(index t) { return values_.data() + t * value_width_; }
+  const float* value(index t) const { return values_.data() + t * value_width_; }
+
+  /// Throws cache_error unless `n` more tokens fit: a full cache is never overwritten silently.
+  void check_room(index n) const {
+    detail::require<cache_error>(n >= 0 && size_ + n <= capacity_, "kv_cache: appending ", n, " tokens at position ",
+                                 size_, " exceeds the capacity of ", capacity_, " tokens");
+  }
+  /// Marks `n` rows past size() (already written) as valid.
+  void commit(index n) {
+    check_room(n);
+    size_ += n;
+  }
+  /// Forgets every token (keeps the memory).
+  void clear() { size_ = 0; }
+
+  layer_workspace& workspace() { return workspace_; }
+
+ private:
+  index capacity_ = 0, key_width_ = 0, value_width_ = 0, size_ = 0;
+  std::vector<float> keys_, values_;
+  layer_workspace workspace_;
+};
+
+}  // namespace gattn

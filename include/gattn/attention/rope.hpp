@@ -1,0 +1,119 @@
+// Rotary position embedding (SPEC §2.4): frequencies with optional YaRN, neox / interleaved pairing.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gattn/core/config.hpp"
+
+namespace gattn {
+
+/// YaRN magnitude correction m(s, a): 1 for s <= 1, else 0.1·a·ln s + 1.
+inline double yarn_mscale(double scale, double a = 1.0) {
+  return scale <= 1.0 ? 1.0 : 0.1 * a * std::log(scale) + 1.0;
+}
+
+/// Inverse frequencies (R/2 of them) and the factor cos and sin are multiplied by.
+struct rope_frequencies {
+  std::vector<double> inv_freq;
+  double attention_factor = 1.0;
+};
+
+/// inv_freq_i = θ^(−2i/R) (the denominator is R, not D), blended with the YaRN ramp when asked.
+inline rope_frequencies make_rope_frequencies(const rope_config& c) {
+  rope_frequencies f;
+  const index r = c.rotary_dim;
+  f.inv_freq.resize(std::size_t(r / 2));
+  const auto& s = c.scaling;
+  double lo = 0, hi = 0;
+  if (s.yarn) {
+    // corr(rot): the rotary index whose wavelength spans `rot` turns over the original context.
+    auto corr = [&](double rot) {
+      return double(r) * std::log(s.original_max_position_embeddings / (rot * 2.0 * M_PI)) / (2.0 * std::log(c.theta));
+    };
+    lo = corr(s.beta_fast);
+    hi = corr(s.beta_slow);
+    if (s.truncate) {
+      lo = std::floor(lo);
+      hi = std::ceil(hi);
+    }
+    lo = std::max(lo, 0.0);
+    hi = std::min(hi, double(r - 1));
+    if (lo == hi) hi += 0.001;  // avoids 0/0 in the ramp (as Hugging Face does)
+    if (s.attention_factor > 0) {
+      f.attention_factor = s.attention_factor;
+    } else if (s.mscale > 0 && s.mscale_all_dim > 0) {
+      f.attention_factor = yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
+    } else {
+      f.attention_factor = yarn_mscale(s.factor);
+    }
+  }
+  for (index i = 0; i < r / 2; ++i) {
+    const double base = std::pow(c.theta, double(2 * i) / double(r));
+    if (!s.yarn) {
+      f.inv_freq[std::size_t(i)] = 1.0 / base;
+      continue;
+    }
+    const double ramp = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0);
+    const double extrapolation = 1.0 - ramp;
+    f.inv_freq[std::size_t(i)] = (1.0 / (s.factor * base)) * (1.0 - extrapolation) + (1.0 / base) * extrapolation;
+  }
+  return f;
+}
+
+/// cos/sin rows for a range of absolute positions, ready to rotate any number of heads.
+class rope_rotator {
+ public:
+  rope_rotator() = default;
+  explicit rope_rotator(const rope_config& c) : style_(c.style), freq_(make_rope_frequencies(c)) {}
+
+  index half() const { return index(freq_.inv_freq.size()); }
+  bool active() const { return style_ != rope_style::none && half() > 0; }
+
+  /// Prepares positions [first, first + count). Angles are formed in double so that long
+  /// contexts (p ~ 1e6) keep their phase; only the final cos/sin are rounded to float.
+  void prepare(index first, index count) {
+    first_ = first;
+    const index h = half();
+    cos_.resize(std::size_t(count * h));
+    sin_.resize(std::size_t(count * h));
+    for (index t = 0; t < count; ++t) {
+      for (index i = 0; i < h; ++i) {
+        const double angle = double(first + t) * freq_.inv_freq[std::size_t(i)];
+        cos_[std::size_t(t * h + i)] = float(std::cos(angle) * freq_.attention_factor);
+        sin_[std::size_t(t * h + i)] = float(std::sin(angle) * freq_.attention_factor);
+      }
+    }
+  }
+
+  /// Rotates the first R channels of one head vector of the token at absolute position `pos`
+  /// (which must lie in the prepared range).
+  void rotate(float* x, index pos) const {
+    if (!active()) return;
+    const index h = half();
+    const float* c = cos_.data() + (pos - first_) * h;
+    const float* s = sin_.data() + (pos - first_) * h;
+    if (style_ == rope_style::neox) {
+      for (index i = 0; i < h; ++i) {  // pairs (i, i + R/2)
+        const float a = x[i], b = x[i + h];
+        x[i] = a * c[i] - b * s[i];
+        x[i + h] = b * c[i] + a * s[i];
+      }
+    } else {
+      for (index i = 0; i < h; ++i) {  // pairs (2i, 2i+1)
+        const float a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c[i] - b * s[i];
+        x[2 * i + 1] = b * c[i] + a * s[i];
+      }
+    }
+  }
+
+ private:
+  rope_style style_ = rope_style::none;
+  rope_frequencies freq_;
+  index first_ = 0;
+  std::vector<float> cos_, sin_;
+};
+
+}  // namespace gattn

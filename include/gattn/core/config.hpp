@@ -1,0 +1,146 @@
+// Layer configurations (SPEC.md §2-§4, §9) as plain structs, with validation.
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+
+namespace gattn {
+
+/// Where the gate applies (SPEC §4): G1 SDPA output, G2 value, G3 key, G4 query, G5 o_proj output.
+enum class gate_position { g1, g2, g3, g4, g5 };
+/// One gate score per channel, or one per head broadcast over its channels.
+enum class granularity { elementwise, headwise };
+/// sigmoid σ(u), silu u·σ(u), ns_sigmoid 0.5 + 0.5·σ(u), identity u.
+enum class activation { sigmoid, silu, ns_sigmoid, identity };
+/// mul: z ⊙ act(u); add: z + act(u).
+enum class combine { mul, add };
+/// Where the gate scores u come from.
+enum class gate_source { separate, low_rank, fused_q };
+/// Layout of fused_q gate scores inside q_proj's output.
+enum class fused_layout { per_head, per_kv_group };
+enum class norm_kind { none, rms, rms_zero_centered };
+enum class rope_style { neox, interleaved, none };
+
+/// Gate description; `enabled == false` means no gate at all.
+struct gate_config {
+  bool enabled = false;
+  gate_position position = gate_position::g1;
+  gattn::granularity granularity = granularity::elementwise;
+  bool shared = false;  ///< head-shared: scores averaged over heads before the activation
+  gattn::activation activation = activation::sigmoid;
+  gattn::combine combine = combine::mul;
+  gate_source source = gate_source::separate;
+  fused_layout layout = fused_layout::per_head;
+  index rank = 0;  ///< low_rank only: inner width of g_a_proj -> g_b_proj
+};
+
+/// YaRN context extension (SPEC §2.4). `factor <= 0` (the default) means no scaling.
+struct rope_scaling_config {
+  bool yarn = false;
+  double factor = 1.0;
+  double original_max_position_embeddings = 0;
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 0;          ///< 0 = absent
+  double mscale_all_dim = 0;  ///< 0 = absent
+  double attention_factor = 0;  ///< 0 = absent: derived from mscale / mscale_all_dim
+  bool truncate = true;
+};
+
+struct rope_config {
+  rope_style style = rope_style::neox;
+  double theta = 10000.0;
+  index rotary_dim = 0;  ///< R: rotated channels at the start of each head (0 = NoPE)
+  rope_scaling_config scaling;
+};
+
+/// GQA layer (MHA: kv_heads == q_heads, MQA: kv_heads == 1). SPEC §2.
+struct gqa_config {
+  index hidden = 0;
+  index q_heads = 0;
+  index kv_heads = 0;
+  index head_dim = 0;
+  norm_kind qk_norm = norm_kind::none;
+  norm_kind output_norm = norm_kind::none;
+  double rms_norm_eps = 1e-6;
+  double partial_rotary_factor = 1.0;
+  rope_config rope;  ///< rope.rotary_dim is derived from partial_rotary_factor by finalize()
+  bool causal = true;
+  double attention_scale = 0;  ///< 0 = 1/sqrt(head_dim)
+  gate_config gate;
+
+  index group_size() const { return q_heads / kv_heads; }
+  double scale() const { return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim)); }
+};
+
+/// MLA layer (DeepSeek-V2/V3 naming). SPEC §3.
+struct mla_config {
+  index hidden = 0;
+  index heads = 0;
+  index qk_nope_head_dim = 0;
+  index qk_rope_head_dim = 0;
+  index v_head_dim = 0;
+  index kv_lora_rank = 0;
+  index q_lora_rank = 0;  ///< 0: plain q_proj
+  double rms_norm_eps = 1e-6;
+  rope_config rope;  ///< style defaults to interleaved; rotary_dim = qk_rope_head_dim
+  bool causal = true;
+  double attention_scale = 0;  ///< 0 = 1/sqrt(d_nope + d_rope)
+  gate_config gate;
+
+  index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+  double scale() const {
+    return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(qk_head_dim()));
+  }
+};
+
+inline const char* to_string(gate_position p) {
+  switch (p) {
+    case gate_position::g1: return "G1";
+    case gate_position::g2: return "G2";
+    case gate_position::g3: return "G3";
+    case gate_position::g4: return "G4";
+    case gate_position::g5: return "G5";
+  }
+  return "?";
+}
+inline const char* to_string(granularity g) { return g == granularity::elementwise ? "elementwise" : "headwise"; }
+inline const char* to_string(activation a) {
+  switch (a) {
+    case activation::sigmoid: return "sigmoid";
+    case activation::silu: return "silu";
+    case activation::ns_sigmoid: return "ns_sigmoid";
+    case activation::identity: return "identity";
+  }
+  return "?";
+}
+inline const char* to_string(combine c) { return c == combine::mul ? "mul" : "add"; }
+inline const char* to_string(gate_source s) {
+  switch (s) {
+    case gate_source::separate: return "separate";
+    case gate_source::low_rank: return "low_rank";
+    case gate_source::fused_q: return "fused_q";
+  }
+  return "?";
+}
+inline const char* to_string(norm_kind n) {
+  switch (n) {
+    case norm_kind::none: return "none";
+    case norm_kind::rms: return "rms";
+    case norm_kind::rms_zero_centered: return "rms_zero_centered";
+  }
+  return "?";
+}
+inline const char* to_string(rope_style r) {
+  switch (r) {
+    case rope_style::neox: return "neox";
+    case rope_style::interleaved: return "interleaved";
+    case rope_style::none: return "none";
+  }
+  return "?";
+}
+
+}  // namespace gattn

@@ -1,0 +1,35 @@
+// Basic index type and small row-major views shared by kernels, layers and the reference.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace gattn {
+
+/// Signed index type for sizes and strides (negative strides are never used, but signed
+/// arithmetic keeps `a - b` comparisons free of wrap-around).
+using index = std::ptrdiff_t;
+
+/// A row-major matrix view: element (r, c) lives at data[r * row_stride + c].
+template <class T>
+struct matrix_view {
+  T* data = nullptr;
+  index rows = 0;
+  index cols = 0;
+  index row_stride = 0;
+
+  T* row(index r) const { return data + r * row_stride; }
+  T& operator()(index r, index c) const { return data[r * row_stride + c]; }
+};
+
+/// Dense row-major matrix view over a std::vector (rows x cols, stride = cols).
+template <class T>
+matrix_view<T> dense_view(std::vector<T>& v, index rows, index cols) {
+  return {v.data(), rows, cols, cols};
+}
+template <class T>
+matrix_view<const T> dense_view(const std::vector<T>& v, index rows, index cols) {
+  return {v.data(), rows, cols, cols};
+}
+
+}  // namespace gattn

@@ -1,0 +1,88 @@
+// The gate module (SPEC §4): where its scores live, their shape, head sharing, and its application
+// to a target tensor outside the fused kernel (G2-G5, and the MLA gate after W_uv).
+#pragma once
+
+#include "gattn/core/config.hpp"
+#include "gattn/kernel/arch.hpp"
+#include "gattn/kernel/vector_ops.hpp"
+
+namespace gattn {
+
+/// Shape of a gate: `heads` groups of `width` target channels, `per_head` scores each
+/// (width when elementwise, 1 when headwise).
+struct gate_shape {
+  index heads = 0;
+  index width = 0;
+  index per_head = 0;
+  index scores() const { return heads * per_head; }  ///< score columns per token
+};
+
+/// The gate's shape for a GQA layer: G1/G4 over query heads, G2/G3 over KV heads, G5 over the model width.
+inline gate_shape shape_of_gate(const gqa_config& c) {
+  gate_shape s;
+  switch (c.gate.position) {
+    case gate_position::g1:
+    case gate_position::g4: s = {c.q_heads, c.head_dim, 0}; break;
+    case gate_position::g2:
+    case gate_position::g3: s = {c.kv_heads, c.head_dim, 0}; break;
+    case gate_position::g5: s = {1, c.hidden, 0}; break;
+  }
+  s.per_head = c.gate.granularity == granularity::elementwise ? s.width : 1;
+  return s;
+}
+
+/// The G1 gate of an MLA layer: one group per head over d_v channels.
+inline gate_shape shape_of_gate(const mla_config& c) {
+  return {c.heads, c.v_head_dim, c.gate.granularity == granularity::elementwise ? c.v_head_dim : 1};
+}
+
+/// Scores u of one chunk: u(t, h, k) = data[t·token_stride + h·head_stride + k].
+struct gate_scores {
+  const float* data = nullptr;
+  index token_stride = 0;
+  index head_stride = 0;
+};
+
+/// Head-shared gates average the scores over heads before the activation (SPEC §4). The mean is
+/// written over head 0's scores in place and the returned view has head stride 0, so every head
+/// reads the same values with no copy.
+inline gate_scores share_over_heads(float* u, index tokens, index token_stride, const gate_shape& s) {
+  for (index t = 0; t < tokens; ++t) {
+    float* row = u + t * token_stride;
+    for (index k = 0; k < s.per_head; ++k) {
+      double sum = 0;  // double: heads can be many, and the mean must not depend on their order much
+      for (index h = 0; h < s.heads; ++h) sum += row[h * s.per_head + k];
+      row[k] = float(sum / double(s.heads));
+    }
+  }
+  return {u, token_stride, 0};
+}
+
+/// target(t, h, k) ← combine(target, act(u(t, h, ·))) for `tokens` rows of a [heads, width] target.
+template <class Arch = default_arch>
+void apply_gate_rows(float* target, index tokens, index target_token_stride, index target_head_stride,
+                     const gate_shape& s, const gate_scores& u, activation act, combine comb) {
+  for (index t = 0; t < tokens; ++t)
+    for (index h = 0; h < s.heads; ++h) {
+      float* z = target + t * target_token_stride + h * target_head_stride;
+      const float* scores = u.data + t * u.token_stride + h * u.head_stride;
+      if (s.per_head == 1)
+        apply_gate_scalar<Arch>(z, s.width, scores[0], act, comb);
+      else
+        apply_gate<Arch>(z, scores, s.width, act, comb);
+    }
+}
+
+/// act(u) for every gate value of `tokens` rows, dense [tokens, heads·per_head] (diagnostics).
+template <class Arch = default_arch>
+void activated_gate_values(float* out, index tokens, const gate_shape& s, const gate_scores& u, activation act) {
+  const index n = s.per_head;
+  for (index t = 0; t < tokens; ++t)
+    for (index h = 0; h < s.heads; ++h) {
+      float* o = out + (t * s.heads + h) * n;
+      for (index k = 0; k < n; ++k) o[k] = 1.0f;
+      apply_gate<Arch>(o, u.data + t * u.token_stride + h * u.head_stride, n, act, combine::mul);
+    }
+}
+
+}  // namespace gattn

@@ -1,0 +1,163 @@
+// The gattn config JSON of SPEC §9 -> gqa_config / mla_config.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "gattn/core/validate.hpp"
+#include "gattn/io/json_fields.hpp"
+
+namespace gattn {
+
+/// A layer config of either family, as read from a file.
+using layer_config = std::variant<gqa_config, mla_config>;
+
+namespace io {
+namespace detail {
+
+inline norm_kind parse_norm(const std::string& s, const char* key) {
+  if (s.empty() || s == "none") return norm_kind::none;
+  if (s == "rms") return norm_kind::rms;
+  if (s == "rms_zero_centered") return norm_kind::rms_zero_centered;
+  throw config_error(gattn::detail::concat("config: '", key, "'=\"", s,
+                                           "\" is not supported (use null, \"rms\" or \"rms_zero_centered\")"));
+}
+
+inline rope_style parse_rope_style(const std::string& s) {
+  if (s == "neox") return rope_style::neox;
+  if (s == "interleaved") return rope_style::interleaved;
+  if (s == "none") return rope_style::none;
+  throw config_error("config: 'rope_style'=\"" + s + "\" is not supported (use neox, interleaved or none)");
+}
+
+/// Hugging Face `rope_scaling` (or `rope_parameters`) object: yarn, or default/none.
+inline rope_scaling_config parse_rope_scaling(const json& j, const std::string& where) {
+  rope_scaling_config s;
+  if (j.is_null()) return s;
+  gattn::detail::require<config_error>(j.is_object(), where, ": 'rope_scaling' must be an object or null");
+  std::string type = get_string(j, "type", where + ".rope_scaling", "");
+  if (type.empty()) type = get_string(j, "rope_type", where + ".rope_scaling", "default");
+  if (type == "default" || type == "none") return s;
+  gattn::detail::require<config_error>(type == "yarn", where, ": rope_scaling type \"", type,
+                                       "\" is not implemented (only yarn)");
+  const std::string w = where + ".rope_scaling";
+  s.yarn = true;
+  s.factor = get_double(j, "factor", w);
+  s.original_max_position_embeddings = get_double(j, "original_max_position_embeddings", w);
+  s.beta_fast = get_double(j, "beta_fast", w, 32.0);
+  s.beta_slow = get_double(j, "beta_slow", w, 1.0);
+  s.mscale = get_double(j, "mscale", w, 0.0);
+  s.mscale_all_dim = get_double(j, "mscale_all_dim", w, 0.0);
+  s.attention_factor = get_double(j, "attention_factor", w, 0.0);
+  s.truncate = get_bool(j, "truncate", w, true);
+  return s;
+}
+
+inline gate_config parse_gate(const json& j) {
+  const std::string w = "config.gate";
+  gate_config g;
+  if (j.is_null()) return g;
+  gattn::detail::require<config_error>(j.is_object(), w, " must be an object or null");
+  g.enabled = true;
+  const std::string pos = get_string(j, "position", w, "");
+  gattn::detail::require<config_error>(!pos.empty(), w, ": missing required key 'position'");
+  if (pos == "G1") g.position = gate_position::g1;
+  else if (pos == "G2") g.position = gate_position::g2;
+  else if (pos == "G3") g.position = gate_position::g3;
+  else if (pos == "G4") g.position = gate_position::g4;
+  else if (pos == "G5") g.position = gate_position::g5;
+  else throw config_error(w + ": 'position'=\"" + pos + "\" must be one of G1..G5");
+  const std::string gran = get_string(j, "granularity", w, "");
+  gattn::detail::require<config_error>(!gran.empty(), w, ": missing required key 'granularity'");
+  if (gran == "elementwise") g.granularity = granularity::elementwise;
+  else if (gran == "headwise") g.granularity = granularity::headwise;
+  else throw config_error(w + ": 'granularity'=\"" + gran + "\" must be elementwise or headwise");
+  g.shared = get_bool(j, "shared", w, false);
+  const std::string act = get_string(j, "activation", w, "sigmoid");
+  if (act == "sigmoid") g.activation = activation::sigmoid;
+  else if (act == "silu") g.activation = activation::silu;
+  else if (act == "ns_sigmoid") g.activation = activation::ns_sigmoid;
+  else if (act == "identity") g.activation = activation::identity;
+  else throw config_error(w + ": 'activation'=\"" + act + "\" must be sigmoid, silu, ns_sigmoid or identity");
+  const std::string comb = get_string(j, "combine", w, "mul");
+  if (comb == "mul") g.combine = combine::mul;
+  else if (comb == "add") g.combine = combine::add;
+  else throw config_error(w + ": 'combine'=\"" + comb + "\" must be mul or add");
+  const std::string src = get_string(j, "source", w, "separate");
+  if (src == "separate") g.source = gate_source::separate;
+  else if (src == "low_rank") g.source = gate_source::low_rank;
+  else if (src == "fused_q") g.source = gate_source::fused_q;
+  else throw config_error(w + ": 'source'=\"" + src + "\" must be separate, low_rank or fused_q");
+  const std::string layout = get_string(j, "layout", w, "per_head");
+  if (layout == "per_head") g.layout = fused_layout::per_head;
+  else if (layout == "per_kv_group") g.layout = fused_layout::per_kv_group;
+  else throw config_error(w + ": 'layout'=\"" + layout + "\" must be per_head or per_kv_group");
+  g.rank = get_index(j, "rank", w, 0);
+  return g;
+}
+
+}  // namespace detail
+
+/// Reads a gattn config (SPEC §9). Unknown keys are ignored; wrong types and unsupported values
+/// are refused with a config_error that names the key.
+inline layer_config parse_gattn_config(const nlohmann::json& j) {
+  const std::string w = "config";
+  gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
+  const std::string kind = detail::get_string(j, "attention", w, "gqa");
+  gattn::detail::require<config_error>(!detail::has(j, "sliding_window"), w,
+                                       ": 'sliding_window' is not implemented");
+  const rope_scaling_config scaling = detail::has(j, "rope_scaling") ? detail::parse_rope_scaling(j.at("rope_scaling"), w)
+                                                             : rope_scaling_config{};
+  gate_config gate = detail::has(j, "gate") ? detail::parse_gate(j.at("gate")) : gate_config{};
+  if (kind == "gqa") {
+    gqa_config c;
+    c.hidden = detail::get_index(j, "hidden_size", w);
+    c.q_heads = detail::get_index(j, "num_attention_heads", w);
+    c.kv_heads = detail::get_index(j, "num_key_value_heads", w, c.q_heads);
+    c.head_dim = detail::get_index(j, "head_dim", w);
+    c.qk_norm = detail::parse_norm(detail::get_string(j, "qk_norm", w, ""), "qk_norm");
+    c.output_norm = detail::parse_norm(detail::get_string(j, "output_norm", w, ""), "output_norm");
+    c.rms_norm_eps = detail::get_double(j, "rms_norm_eps", w, 1e-6);
+    c.partial_rotary_factor = detail::get_double(j, "partial_rotary_factor", w, 1.0);
+    c.rope.theta = detail::get_double(j, "rope_theta", w, 10000.0);
+    c.rope.style = detail::parse_rope_style(detail::get_string(j, "rope_style", w, "neox"));
+    c.rope.scaling = scaling;
+    c.rope.rotary_dim = rotary_width(c.head_dim, c.partial_rotary_factor);
+    c.causal = detail::get_bool(j, "causal", w, true);
+    c.attention_scale = detail::get_double(j, "attention_scale", w, 0.0);
+    gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
+                                         ": 'attention_scale'=", c.attention_scale, " must be > 0");
+    c.gate = gate;
+    validate(c);
+    return c;
+  }
+  if (kind == "mla") {
+    mla_config c;
+    c.hidden = detail::get_index(j, "hidden_size", w);
+    c.heads = detail::get_index(j, "num_attention_heads", w);
+    c.qk_nope_head_dim = detail::get_index(j, "qk_nope_head_dim", w);
+    c.qk_rope_head_dim = detail::get_index(j, "qk_rope_head_dim", w);
+    c.v_head_dim = detail::get_index(j, "v_head_dim", w);
+    c.kv_lora_rank = detail::get_index(j, "kv_lora_rank", w);
+    c.q_lora_rank = detail::get_index(j, "q_lora_rank", w, 0);
+    c.rms_norm_eps = detail::get_double(j, "rms_norm_eps", w, 1e-6);
+    c.rope.theta = detail::get_double(j, "rope_theta", w, 10000.0);
+    c.rope.style = detail::parse_rope_style(detail::get_string(j, "rope_style", w, "interleaved"));
+    c.rope.scaling = scaling;
+    c.rope.rotary_dim = c.qk_rope_head_dim;
+    c.causal = detail::get_bool(j, "causal", w, true);
+    c.attention_scale = detail::get_double(j, "attention_scale", w, 0.0);
+    gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
+                                         ": 'attention_scale'=", c.attention_scale, " must be > 0");
+    gattn::detail::require<config_error>(!detail::has(j, "qk_norm"), w, ": 'qk_norm' is not part of the MLA layer");
+    c.gate = gate;
+    validate(c);
+    return c;
+  }
+  throw config_error(w + ": 'attention'=\"" + kind + "\" must be gqa or mla");
+}
+
+}  // namespace io
+}  // namespace gattn

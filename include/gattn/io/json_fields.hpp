@@ -1,0 +1,91 @@
+// Typed access to JSON config fields: every wrong type or value names the key (SPEC §9 defaults).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+
+namespace gattn::io::detail {
+
+using nlohmann::json;
+
+/// True when `key` is present and not null (JSON null means "absent" in HF configs).
+inline bool has(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  return it != obj.end() && !it->is_null();
+}
+
+inline const json& field(const json& obj, const char* key, const std::string& where) {
+  auto it = obj.find(key);
+  gattn::detail::require<config_error>(it != obj.end() && !it->is_null(), where, ": missing required key '", key, "'");
+  return *it;
+}
+
+inline index get_index(const json& obj, const char* key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  // Integral JSON numbers only; a float such as 4.0 is accepted when it is an exact integer.
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      gattn::detail::require<config_error>(u <= std::uint64_t(std::numeric_limits<std::int32_t>::max()), where,
+                                           ": '", key, "'=", u, " is too large");
+      return index(u);
+    }
+    const auto s = v.get<std::int64_t>();
+    gattn::detail::require<config_error>(s >= std::numeric_limits<std::int32_t>::min() &&
+                                             s <= std::numeric_limits<std::int32_t>::max(),
+                                         where, ": '", key, "'=", s, " is out of range");
+    return index(s);
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    gattn::detail::require<config_error>(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 2147483647.0,
+                                         where, ": '", key, "'=", v.dump(), " must be an integer");
+    return index(d);
+  }
+  throw config_error(gattn::detail::concat(where, ": '", key, "' must be an integer, got ", v.dump()));
+}
+
+inline index get_index(const json& obj, const char* key, const std::string& where, index fallback) {
+  return has(obj, key) ? get_index(obj, key, where) : fallback;
+}
+
+inline double get_double(const json& obj, const char* key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  gattn::detail::require<config_error>(v.is_number(), where, ": '", key, "' must be a number, got ", v.dump());
+  const double d = v.get<double>();
+  gattn::detail::require<config_error>(std::isfinite(d), where, ": '", key, "' must be finite, got ", v.dump());
+  return d;
+}
+
+inline double get_double(const json& obj, const char* key, const std::string& where, double fallback) {
+  return has(obj, key) ? get_double(obj, key, where) : fallback;
+}
+
+inline bool get_bool(const json& obj, const char* key, const std::string& where, bool fallback) {
+  if (!has(obj, key)) return fallback;
+  const json& v = obj.at(key);
+  gattn::detail::require<config_error>(v.is_boolean(), where, ": '", key, "' must be true or false, got ", v.dump());
+  return v.get<bool>();
+}
+
+inline std::string get_string(const json& obj, const char* key, const std::string& where, const std::string& fallback) {
+  if (!has(obj, key)) return fallback;
+  const json& v = obj.at(key);
+  gattn::detail::require<config_error>(v.is_string(), where, ": '", key, "' must be a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
+/// Parses JSON text; malformed text is a format_error naming `origin`.
+inline json parse_json_text(const std::string& text, const std::string& origin) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  gattn::detail::require<format_error>(!j.is_discarded(), origin, ": not valid JSON");
+  return j;
+}
+
+}  // namespace gattn::io::detail
