@@ -73,4 +73,9 @@ inline std::vector<std::string> gqa_case_names() {
           "gqa_g1_headwise_output_norm"};
 }
 
+inline std::vector<std::string> mla_case_names() {
+  return {"mla_plain", "mla_gated", "mla_gated_no_q_lora", "mla_gated_headwise", "mla_gated_nope",
+          "mla_gated_unrotated_rope_slots"};
+}
+
 }  // namespace gattn::test

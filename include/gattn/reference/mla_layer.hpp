@@ -1,0 +1,78 @@
+// The reference MLA layer (SPEC §3): expanded form in double precision, one sequence, no cache.
+#pragma once
+
+#include <vector>
+
+#include "gattn/core/validate.hpp"
+#include "gattn/reference/gqa_layer.hpp"
+#include "gattn/reference/layer_ops.hpp"
+#include "gattn/reference/sdpa.hpp"
+
+namespace gattn::reference {
+
+/// Runs the MLA layer on x [T, d] (positions 0..T-1); fields as for gqa_forward (d_v per head).
+inline layer_result mla_forward(const mla_config& c, const weight_map& w, const float* x_in, index T) {
+  validate(c);
+  const index d = c.hidden, H = c.heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const index dc = c.kv_lora_rank, dqk = dn + dr;
+  dmatrix x(x_in, x_in + T * d);
+
+  // 1. query, through the low-rank q_a -> norm -> q_b path when q_lora_rank > 0
+  dmatrix q;
+  if (c.q_lora_rank > 0) {
+    dmatrix cq = linear(x, T, d, w, "q_a_proj", c.q_lora_rank);
+    const tensor& qn = w.get("q_a_layernorm.weight", {c.q_lora_rank});
+    for (index t = 0; t < T; ++t) rms_norm(&cq[std::size_t(t * c.q_lora_rank)], c.q_lora_rank, qn.data.data(), c.rms_norm_eps, false);
+    q = linear(cq, T, c.q_lora_rank, w, "q_b_proj", H * dqk);
+  } else {
+    q = linear(x, T, d, w, "q_proj", H * dqk);
+  }
+  // 2. latent c and the shared k_rope
+  dmatrix kva = linear(x, T, d, w, "kv_a_proj_with_mqa", dc + dr);
+  const tensor& kvn = w.get("kv_a_layernorm.weight", {dc});
+  dmatrix latent(std::size_t(T * dc));
+  for (index t = 0; t < T; ++t) {
+    std::copy_n(&kva[std::size_t(t * (dc + dr))], dc, &latent[std::size_t(t * dc)]);
+    rms_norm(&latent[std::size_t(t * dc)], dc, kvn.data.data(), c.rms_norm_eps, false);
+  }
+  // 3. per head [k_nope | v] from the latent
+  dmatrix kv = linear(latent, T, dc, w, "kv_b_proj", H * (dn + dv));
+  // 4. RoPE on q_rope and k_rope; 5. full keys [k_nope | k_rope] per head
+  dmatrix k(std::size_t(T * H * dqk)), v(std::size_t(T * H * dv));
+  for (index t = 0; t < T; ++t) {
+    double* k_rope = &kva[std::size_t(t * (dc + dr) + dc)];
+    rope(k_rope, t, c.rope);
+    for (index h = 0; h < H; ++h) {
+      rope(&q[std::size_t((t * H + h) * dqk + dn)], t, c.rope);
+      const double* src = &kv[std::size_t((t * H + h) * (dn + dv))];
+      double* kh = &k[std::size_t((t * H + h) * dqk)];
+      std::copy_n(src, dn, kh);
+      std::copy_n(k_rope, dr, kh + dn);
+      std::copy_n(src + dn, dv, &v[std::size_t((t * H + h) * dv)]);
+    }
+  }
+  // 6. SDPA, the G1 gate, o_proj
+  layer_result r;
+  r.sdpa.resize(std::size_t(T * H * dv));
+  r.probs_first.resize(std::size_t(H * T));
+  sdpa(sdpa_shape{T, T, H, H, dqk, dv, c.scale(), c.causal}, q.data(), k.data(), v.data(), r.sdpa.data(),
+       r.probs_first.data());
+  r.gated = r.sdpa;
+  const gate_config& g = c.gate;
+  if (g.enabled) {
+    const index per = g.granularity == granularity::elementwise ? dv : 1;
+    dmatrix u;
+    if (g.source == gate_source::low_rank) {
+      dmatrix a = linear(x, T, d, w, "g_a_proj", g.rank);
+      u = linear(a, T, g.rank, w, "g_b_proj", H * per);
+    } else {
+      u = linear(x, T, d, w, "g_proj", H * per);
+    }
+    r.gate = activate_gate(u, T, H, per, g);
+    apply_gate(r.gated.data(), r.gate, T, H, dv, per, g.combine);
+  }
+  r.y = linear(r.gated, T, H * dv, w, "o_proj", d);
+  return r;
+}
+
+}  // namespace gattn::reference
