@@ -8,6 +8,7 @@
 
 #include "gattn/attention/backend.hpp"
 #include "gattn/attention/kv_cache.hpp"
+#include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
 #include "gattn/core/validate.hpp"
@@ -250,7 +251,7 @@ class gqa_layer {
       layer_workspace::fit(ws.lse, Hq * T);
       p.lse = ws.lse.data();
       run_sdpa(p, backend_);
-      observe_attention(p, ws, *stats);
+      observe_first_token_attention(p, *stats);
       layer_workspace::fit(ws.attention, T * Hq * D);
       std::copy_n(ws.gated.data(), T * Hq * D, ws.attention.data());
       apply_sdpa_epilogue(p, epi);
@@ -264,23 +265,6 @@ class gqa_layer {
     if (g.enabled && g.position == gate_position::g5) apply_gate_rows(y.data, T, y.row_stride, 0, gate_, u, g.activation, g.combine);
     if (stats)
       for (index t = 0; t < T; ++t) stats->add_output(y.row(t), d);
-  }
-
-  /// p_{i,0} = exp(scale·q_i·k_0 − lse_i) for every new query row and head.
-  void observe_attention(const sdpa_params& p, const layer_workspace& ws, statistics_observer& stats) const {
-    const index G = cfg_.group_size();
-    std::vector<float> first(std::size_t(p.q_heads));
-    for (index i = 0; i < p.t_q; ++i) {
-      for (index h = 0; h < p.q_heads; ++h) {
-        const float* q = p.q + i * p.q_token_stride + h * p.q_head_stride;
-        const float* k = p.k + (h / G) * p.k_head_stride;
-        double dot = 0;
-        for (index c = 0; c < p.d_qk; ++c) dot += double(q[c]) * double(k[c]);
-        const double lse = ws.lse[std::size_t(h * p.t_q + i)];
-        first[std::size_t(h)] = std::isinf(lse) ? 0.0f : float(std::exp(double(p.scale) * dot - lse));
-      }
-      stats.add_first_token_probs(p.t_k - p.t_q + i, first.data(), p.q_heads);
-    }
   }
 
   gqa_config cfg_;

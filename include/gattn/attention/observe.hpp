@@ -1,0 +1,30 @@
+// Feeds a statistics_observer from one kernel call: the attention each new query gives token 0.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "gattn/diagnostics/statistics.hpp"
+#include "gattn/kernel/fused_sdpa.hpp"
+
+namespace gattn {
+
+/// p_{i,0} = exp(scale·q_i·k_0 − lse_i) for every query row and head of `p` (which must have run
+/// with p.lse set). Key 0 is row 0 of p.k; rows that saw no key give 0.
+inline void observe_first_token_attention(const sdpa_params& p, statistics_observer& stats) {
+  const index group = p.q_heads / p.kv_heads;
+  std::vector<float> first(std::size_t(p.q_heads));
+  for (index i = 0; i < p.t_q; ++i) {
+    for (index h = 0; h < p.q_heads; ++h) {
+      const float* q = p.q + i * p.q_token_stride + h * p.q_head_stride;
+      const float* k = p.k + (h / group) * p.k_head_stride;
+      double dot = 0;
+      for (index c = 0; c < p.d_qk; ++c) dot += double(q[c]) * double(k[c]);
+      const double lse = p.lse[h * p.t_q + i];
+      first[std::size_t(h)] = std::isinf(lse) ? 0.0f : float(std::exp(double(p.scale) * dot - lse));
+    }
+    stats.add_first_token_probs(p.t_k - p.t_q + i, first.data(), p.q_heads);
+  }
+}
+
+}  // namespace gattn

@@ -1,0 +1,45 @@
+// Compile-time SIMD dispatch, in one place: which arch the kernels use by default, and its name.
+// Everything else in gattn is a template on `Arch` and never tests ISA macros.
+#pragma once
+
+#include <string>
+#include <type_traits>
+
+#include <xsimd/xsimd.hpp>
+
+namespace gattn {
+
+/// gattn's own one-lane arch: xsimd 8.1 has no scalar batch, so simd.hpp maps this tag to a tiny
+/// struct. Used when GATTN_FORCE_SCALAR is defined (GATTN_SIMD=scalar) or xsimd finds no arch.
+struct scalar_arch {
+  static constexpr const char* name() noexcept { return "scalar"; }
+  static constexpr bool supported() noexcept { return true; }
+  static constexpr bool available() noexcept { return true; }
+  static constexpr std::size_t alignment() noexcept { return alignof(float); }
+  static constexpr bool requires_alignment() noexcept { return false; }
+};
+
+namespace detail {
+#if defined(GATTN_FORCE_SCALAR)
+using default_arch_impl = scalar_arch;
+#else
+using default_arch_impl = std::conditional_t<std::is_same<xsimd::default_arch, xsimd::unavailable>::value,
+                                             scalar_arch, xsimd::default_arch>;
+#endif
+}  // namespace detail
+
+/// The arch every kernel uses unless told otherwise.
+using default_arch = detail::default_arch_impl;
+
+/// Human-readable name of an arch ("avx512bw", "fma3+avx2", "neon64", "scalar", ...).
+template <class Arch>
+inline std::string arch_name() {
+  return Arch::name();
+}
+inline std::string default_arch_name() { return arch_name<default_arch>(); }
+
+/// True when the arch is a real xsimd arch (not gattn's scalar fallback).
+template <class Arch>
+inline constexpr bool is_xsimd_arch_v = !std::is_same<Arch, scalar_arch>::value;
+
+}  // namespace gattn

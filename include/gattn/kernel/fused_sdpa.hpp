@@ -1,0 +1,525 @@
+// The fused SDPA-then-gate kernel: flash attention on a CPU (online softmax over key tiles, no
+// T×T matrix), with the output norm and the G1 gate applied per row before the single store.
+//
+// Layout of the computation, per work unit = one KV head r × a block of Br queries of all G query
+// heads of that group, stacked into M = G·Br rows (row m = query i0 + m / G, head r·G + m % G), so
+// each K/V tile is read once per group:
+//   Qt  = (scale·Q_unit)ᵀ, packed once per unit           [d_qk][M_pad]   (M_pad = M rounded up to W)
+//   for each key tile [j0, j0 + nk), nk <= Bc, skipping tiles the causal mask hides entirely:
+//     Sᵀ = K_tile · Qt      (microkernel: broadcast K[j][c], load Qt rows; K is read in place)
+//     online softmax down each column of Sᵀ = across keys, W rows per vector, no horizontal ops;
+//       masking only on tiles that cross the diagonal
+//     O  = alpha·O + Pᵀᵀ·V  (microkernel: broadcast P[m][j] from Sᵀ, load V rows in place)
+//   epilogue per row: O / l (0 for a row without keys), RMSNorm, gate, one store.
+// Decode (few work units, many keys): the keys are split across threads (flash-decoding) and the
+// partial (m, l, O) states are merged before the epilogue.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/arch.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
+#include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/simd.hpp"
+#include "gattn/kernel/vector_ops.hpp"
+
+namespace gattn {
+
+/// Per-output-row epilogue, applied after O /= l and before the single store.
+struct sdpa_epilogue {
+  norm_kind out_norm = norm_kind::none;  ///< per-head RMSNorm over d_v (weight size d_v; nullptr = 1)
+  const float* out_norm_weight = nullptr;
+  float out_norm_eps = 1e-6f;
+  const float* gate_scores = nullptr;  ///< nullptr = no gate; else pre-activation scores u
+  index gate_token_stride = 0;         ///< u(t, h, c) = gate_scores[t*ts + h*hs + (headwise ? 0 : c)]
+  index gate_head_stride = 0;          ///< 0 = head-shared gate
+  bool gate_headwise = false;
+  activation gate_activation = activation::sigmoid;
+  combine gate_combine = combine::mul;
+};
+
+/// One attention problem over strided views (see the file comment and SPEC §2.5-§2.8).
+struct sdpa_params {
+  index t_q = 0, t_k = 0, q_heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
+  const float* q = nullptr;
+  index q_token_stride = 0, q_head_stride = 0;  ///< q[t*ts + h*hs + c]
+  const float* k = nullptr;
+  index k_token_stride = 0, k_head_stride = 0;  ///< k[j*ts + r*hs + c]
+  const float* v = nullptr;
+  index v_token_stride = 0, v_head_stride = 0;  ///< may alias k (MLA latent cache)
+  float* out = nullptr;
+  index out_token_stride = 0, out_head_stride = 0;
+  float scale = 1.0f;
+  bool causal = true;  ///< bottom-right: key j visible to query i iff j <= i + (t_k - t_q)
+  sdpa_epilogue epilogue;
+  float* lse = nullptr;  ///< optional [q_heads * t_q] at h*t_q + i: log-sum-exp of scaled scores (-inf: no key)
+  int threads = 0;       ///< 0 = OpenMP default, 1 = serial
+};
+
+namespace detail {
+
+/// Throws shape_error naming the field when the parameters cannot describe a valid problem.
+inline void validate(const sdpa_params& p) {
+  require<shape_error>(p.t_q >= 0 && p.t_k >= 0, "fused_sdpa: t_q=", p.t_q, " t_k=", p.t_k, " must be >= 0");
+  require<shape_error>(p.q_heads > 0 && p.kv_heads > 0, "fused_sdpa: q_heads=", p.q_heads,
+                       " kv_heads=", p.kv_heads, " must be > 0");
+  require<shape_error>(p.q_heads % p.kv_heads == 0, "fused_sdpa: q_heads=", p.q_heads,
+                       " is not a multiple of kv_heads=", p.kv_heads);
+  require<shape_error>(p.d_qk > 0 && p.d_v > 0, "fused_sdpa: d_qk=", p.d_qk, " d_v=", p.d_v, " must be > 0");
+  require<shape_error>(p.q_token_stride >= 0 && p.q_head_stride >= 0 && p.k_token_stride >= 0 &&
+                           p.k_head_stride >= 0 && p.v_token_stride >= 0 && p.v_head_stride >= 0 &&
+                           p.out_token_stride >= 0 && p.out_head_stride >= 0,
+                       "fused_sdpa: strides must be >= 0 (q_token_stride=", p.q_token_stride,
+                       " q_head_stride=", p.q_head_stride, " k_token_stride=", p.k_token_stride,
+                       " k_head_stride=", p.k_head_stride, " v_token_stride=", p.v_token_stride,
+                       " v_head_stride=", p.v_head_stride, " out_token_stride=", p.out_token_stride,
+                       " out_head_stride=", p.out_head_stride, ")");
+  if (p.t_q > 0) {
+    require<shape_error>(p.q != nullptr, "fused_sdpa: q is null with t_q=", p.t_q);
+    require<shape_error>(p.out != nullptr, "fused_sdpa: out is null with t_q=", p.t_q);
+  }
+  if (p.t_k > 0) require<shape_error>(p.k != nullptr && p.v != nullptr, "fused_sdpa: k or v is null with t_k=", p.t_k);
+  require<shape_error>(std::isfinite(p.scale), "fused_sdpa: scale=", p.scale, " must be finite");
+  require<shape_error>(p.threads >= 0, "fused_sdpa: threads=", p.threads, " must be >= 0");
+  const sdpa_epilogue& e = p.epilogue;
+  if (e.gate_scores) {
+    require<shape_error>(e.gate_token_stride >= 0 && e.gate_head_stride >= 0,
+                         "fused_sdpa: gate_token_stride=", e.gate_token_stride,
+                         " gate_head_stride=", e.gate_head_stride, " must be >= 0");
+  }
+  require<shape_error>(e.out_norm == norm_kind::none || e.out_norm_eps >= 0.0f,
+                       "fused_sdpa: out_norm_eps=", e.out_norm_eps, " must be >= 0");
+}
+
+/// 64-byte aligned float buffer that only grows (scratch reused across calls).
+class aligned_buffer {
+ public:
+  float* get(std::size_t n) {
+    if (n > size_) {
+      const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+      void* mem = std::aligned_alloc(64, bytes);
+      if (mem == nullptr) throw std::bad_alloc();
+      data_.reset(static_cast<float*>(mem));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct freer {
+    void operator()(float* f) const noexcept { std::free(f); }
+  };
+  std::unique_ptr<float, freer> data_;
+  std::size_t size_ = 0;
+};
+
+/// Per-thread scratch of one work unit, one block (64-byte aligned); layout in floats:
+///   qt    [d_qk][M_pad]      scaled Qᵀ of the unit
+///   st    [Bc][M_pad]        Sᵀ tile, overwritten by Pᵀ
+///   o     [M_pad][dv_pad]    unnormalised output accumulator
+///   vpack [Bc][dv_pad]       V tile zero-padded to dv_pad (only when d_v % W != 0)
+///   m, l, alpha, lim [M_pad] per-row softmax state, rescale factors, visible-key counts
+/// thread_local, so concurrent calls from user threads and OpenMP workers never share it.
+struct unit_scratch {
+  float *qt, *st, *o, *vpack, *m, *l, *alpha, *lim;
+};
+
+inline index round_up(index x, index m) { return (x + m - 1) / m * m; }
+
+/// Static plan of one call (all sizes derived from the params and the Arch traits).
+struct sdpa_plan {
+  index group = 1;      // G
+  index br = 1;         // queries per unit
+  index rows = 1;       // G·br
+  index rows_pad = 1;   // rounded up to W
+  index dv_pad = 1;     // d_v rounded up to W
+  index q_blocks = 0;   // ceil(t_q / br)
+  index units = 0;      // kv_heads · q_blocks
+  index splits = 1;     // key splits per unit (flash-decoding)
+  index split_len = 0;  // keys per split (multiple of Bc)
+  index offset = 0;     // t_k - t_q (causal alignment)
+  bool pack_v = false;
+  std::size_t scratch_floats = 0;
+};
+
+template <class Arch>
+inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
+  using tr = kernel_traits<Arch>;
+  sdpa_plan pl;
+  pl.group = p.q_heads / p.kv_heads;
+  pl.br = std::max<index>(1, tr::target_rows / pl.group);
+  pl.br = std::min<index>(pl.br, std::max<index>(1, p.t_q));
+  pl.rows = pl.group * pl.br;
+  pl.rows_pad = round_up(pl.rows, tr::width);
+  pl.dv_pad = round_up(p.d_v, tr::width);
+  pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
+  pl.units = p.kv_heads * pl.q_blocks;
+  pl.offset = p.t_k - p.t_q;
+  pl.pack_v = (p.d_v % tr::width) != 0;
+  // Split the keys only when there are too few units to feed the threads (decode).
+  pl.splits = 1;
+  pl.split_len = std::max<index>(p.t_k, 1);
+  if (threads > 1 && pl.units < 2 * threads && p.t_k >= 2 * tr::min_split_keys) {
+    const index want = (2 * threads + pl.units - 1) / pl.units;
+    const index most = p.t_k / tr::min_split_keys;
+    pl.splits = std::max<index>(1, std::min(want, most));
+    pl.split_len = round_up((p.t_k + pl.splits - 1) / pl.splits, tr::block_keys);
+    pl.splits = (p.t_k + pl.split_len - 1) / pl.split_len;
+  }
+  const index bc = tr::block_keys;
+  pl.scratch_floats = std::size_t(p.d_qk * pl.rows_pad + bc * pl.rows_pad + pl.rows_pad * pl.dv_pad +
+                                  (pl.pack_v ? bc * pl.dv_pad : 0) + 4 * pl.rows_pad) +
+                      8 * 16;
+  return pl;
+}
+
+inline unit_scratch carve(float* base, const sdpa_params& p, const sdpa_plan& pl, index bc) {
+  auto take = [&base](index n) {
+    float* r = base;
+    base += round_up(n, 16);  // keep every array 64-byte aligned
+    return r;
+  };
+  unit_scratch s{};
+  s.qt = take(p.d_qk * pl.rows_pad);
+  s.st = take(bc * pl.rows_pad);
+  s.o = take(pl.rows_pad * pl.dv_pad);
+  s.vpack = pl.pack_v ? take(bc * pl.dv_pad) : nullptr;
+  s.m = take(pl.rows_pad);
+  s.l = take(pl.rows_pad);
+  s.alpha = take(pl.rows_pad);
+  s.lim = take(pl.rows_pad);
+  return s;
+}
+
+/// Calls f(std::integral_constant<int, n>) for a runtime n in [1, N].
+template <int N, class F>
+inline void static_switch(int n, F&& f) {
+  if constexpr (N >= 1) {
+    if (n == N) {
+      f(std::integral_constant<int, N>{});
+      return;
+    }
+    static_switch<N - 1>(n, std::forward<F>(f));
+  }
+}
+
+/// Sᵀ[j][v·W..] = Σ_c K[j][c] · Qt[c][v·W..] for MR keys × NV row vectors.
+template <class Arch, int MR, int NV>
+inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index d, float* st, index lds) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B acc[MR][NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < MR; ++j)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[j][v] = B(0.0f);
+  for (index c = 0; c < d; ++c) {
+    B qv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) qv[v] = simd::load<Arch>(qt + c * ldq + v * W);
+#pragma GCC unroll 8
+    for (int j = 0; j < MR; ++j) {
+      const B kb = simd::broadcast<Arch>(k[j * ks + c]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(kb, qv[v], acc[j][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < MR; ++j)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) simd::store(st + j * lds + v * W, acc[j][v]);
+}
+
+/// O[m][c..] = alpha[m]·O[m][c..] + Σ_j Pᵀ[j][m] · V[j][c..] for MR rows × NV channel vectors.
+template <class Arch, int MR, int NV>
+inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index vs, float* o, index ldo,
+                     const float* alpha) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    const B a = simd::broadcast<Arch>(alpha[m]);
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) acc[m][x] = simd::load<Arch>(o + m * ldo + x * W) * a;
+  }
+  for (index j = 0; j < nk; ++j) {
+    B vv[NV];
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) vv[x] = simd::load<Arch>(v + j * vs + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const B pb = simd::broadcast<Arch>(pt[j * ldp + m]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(pb, vv[x], acc[m][x]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) simd::store(o + m * ldo + x * W, acc[m][x]);
+}
+
+/// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
+/// scratch (rows < pl.rows are meaningful).
+template <class Arch>
+inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
+                     index k_begin, index k_end) {
+  using tr = kernel_traits<Arch>;
+  using B = simd::batch<float, Arch>;
+  constexpr index W = tr::width;
+  constexpr index bc = tr::block_keys;
+  const index ldq = pl.rows_pad;
+  const index i0 = qb * pl.br;
+  const index rows = std::min(pl.br, p.t_q - i0) * pl.group;  // valid rows of this unit
+  const float ninf = -std::numeric_limits<float>::infinity();
+
+  // Pack scale·Qᵀ and the per-row visible-key limits; padding rows are zeros that see every key.
+  index min_lim = p.t_k, max_lim = 0;
+  for (index m = 0; m < pl.rows_pad; ++m) {
+    if (m < rows) {
+      const index i = i0 + m / pl.group;
+      const index h = r * pl.group + m % pl.group;
+      const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
+      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = qrow[c] * p.scale;
+      const index lim = p.causal ? std::clamp<index>(i + pl.offset + 1, 0, p.t_k) : p.t_k;
+      sc.lim[m] = float(lim);
+      min_lim = std::min(min_lim, lim);
+      max_lim = std::max(max_lim, lim);
+    } else {
+      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = 0.0f;
+      sc.lim[m] = float(p.t_k);
+    }
+    sc.m[m] = ninf;
+    sc.l[m] = 0.0f;
+  }
+  std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
+
+  const index kend = std::min(k_end, max_lim);  // keys past every row's limit are never visible
+  const index nvq = pl.rows_pad / W;
+  for (index j0 = k_begin; j0 < kend; j0 += bc) {
+    const index nk = std::min(bc, kend - j0);
+    const float* kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
+    // 1. Sᵀ = K_tile · Qt
+    for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
+      const int nv = int(std::min<index>(tr::qk_nv, nvq - v0));
+      for (index j = 0; j < nk; j += tr::qk_mr) {
+        const int mr = int(std::min<index>(tr::qk_mr, nk - j));
+        static_switch<tr::qk_mr>(mr, [&](auto MR) {
+          static_switch<tr::qk_nv>(nv, [&](auto NV) {
+            qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * p.k_token_stride, p.k_token_stride,
+                                                                      sc.qt + v0 * W, ldq, p.d_qk,
+                                                                      sc.st + j * ldq + v0 * W, ldq);
+          });
+        });
+      }
+    }
+    // 2. Online softmax down the key axis of Sᵀ, W rows per vector.
+    const bool diag = p.causal && j0 + nk > min_lim;
+    for (index v0 = 0; v0 < nvq; ++v0) {
+      float* s = sc.st + v0 * W;
+      online_softmax_state<B> st;
+      st.m = simd::load<Arch>(sc.m + v0 * W);
+      st.l = simd::load<Arch>(sc.l + v0 * W);
+      B tmax = B(ninf);
+      if (diag) {
+        const B lim = simd::load<Arch>(sc.lim + v0 * W);
+        for (index j = 0; j < nk; ++j) {
+          B x = simd::load<Arch>(s + j * ldq);
+          x = simd::select(B(float(j0 + j)) < lim, x, B(ninf));
+          simd::store(s + j * ldq, x);
+          tmax = simd::max(tmax, x);
+        }
+      } else {
+        for (index j = 0; j < nk; ++j) tmax = simd::max(tmax, simd::load<Arch>(s + j * ldq));
+      }
+      B m_use;
+      const B alpha = st.rescale(tmax, m_use);
+      for (index j = 0; j < nk; ++j) simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use));
+      simd::store(sc.m + v0 * W, st.m);
+      simd::store(sc.l + v0 * W, st.l);
+      simd::store(sc.alpha + v0 * W, alpha);
+    }
+    // 3. O = alpha·O + P·V_tile
+    const float* vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
+    index vs = p.v_token_stride;
+    if (pl.pack_v) {
+      for (index j = 0; j < nk; ++j) {
+        float* dst = sc.vpack + j * pl.dv_pad;
+        std::memcpy(dst, vt + j * p.v_token_stride, sizeof(float) * std::size_t(p.d_v));
+        std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
+      }
+      vt = sc.vpack;
+      vs = pl.dv_pad;
+    }
+    const index nvo = pl.dv_pad / W;
+    for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
+      const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
+      for (index m = 0; m < rows; m += tr::pv_mr) {
+        const int mr = int(std::min<index>(tr::pv_mr, rows - m));
+        static_switch<tr::pv_mr>(mr, [&](auto MR) {
+          static_switch<tr::pv_nv>(nv, [&](auto NV) {
+            pv_micro<Arch, decltype(MR)::value, decltype(NV)::value>(sc.st + m, ldq, nk, vt + x0 * W, vs,
+                                                                      sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad,
+                                                                      sc.alpha + m);
+          });
+        });
+      }
+    }
+  }
+}
+
+/// Epilogue of one output row: z = o·inv_l, RMSNorm, gate, then the single store to `dst`.
+/// Works in place on the scratch row `o` (L1-resident).
+template <class Arch>
+inline void finish_row(const sdpa_params& p, float* o, float inv_l, index i, index h) {
+  const sdpa_epilogue& e = p.epilogue;
+  scale_copy<Arch>(o, o, p.d_v, inv_l);
+  if (e.out_norm != norm_kind::none) rms_norm<Arch>(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm);
+  if (e.gate_scores) {
+    const float* u = e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride;
+    if (e.gate_headwise) apply_gate_scalar<Arch>(o, p.d_v, *u, e.gate_activation, e.gate_combine);
+    else apply_gate<Arch>(o, u, p.d_v, e.gate_activation, e.gate_combine);
+  }
+  std::memcpy(p.out + i * p.out_token_stride + h * p.out_head_stride, o, sizeof(float) * std::size_t(p.d_v));
+}
+
+/// Thread-local scratch of the calling thread (grows, never shrinks).
+inline aligned_buffer& thread_scratch() {
+  static thread_local aligned_buffer buf;
+  return buf;
+}
+/// Split-KV partial states, owned by the calling thread and filled by its OpenMP team:
+///   [unit][split][row_pad] blocks of (dv_pad floats of O, then m, l) = dv_pad + 2 floats per row.
+inline aligned_buffer& thread_partials() {
+  static thread_local aligned_buffer buf;
+  return buf;
+}
+
+inline int resolve_threads(int requested) {
+#ifdef _OPENMP
+  return requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  return 1;
+#endif
+}
+
+}  // namespace detail
+
+/// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
+/// Validates shapes (throws gattn::shape_error naming the field), never allocates per call once
+/// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
+/// Deterministic: bitwise identical results for a fixed thread count.
+template <class Arch = default_arch>
+void fused_sdpa(const sdpa_params& p) {
+  detail::validate(p);
+  if (p.t_q == 0) return;
+  using tr = kernel_traits<Arch>;
+  const int threads = detail::resolve_threads(p.threads);
+  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
+  const index tasks = pl.units * pl.splits;
+  const int team = int(std::min<index>(threads, tasks));
+  const index row_block = pl.dv_pad + 2;
+  float* partials = nullptr;
+  if (pl.splits > 1)
+    partials = detail::thread_partials().get(std::size_t(tasks * pl.rows_pad * row_block));
+
+  auto unit_coords = [&](index u, index& r, index& qb) {
+    // Causal: later query blocks see more keys, so they go first (better dynamic balance).
+    const index rev = pl.units - 1 - u;
+    r = rev % p.kv_heads;
+    qb = rev / p.kv_heads;
+  };
+
+  auto finish_unit = [&](const detail::unit_scratch& sc, index r, index qb) {
+    const index i0 = qb * pl.br;
+    const index rows = std::min(pl.br, p.t_q - i0) * pl.group;
+    for (index m = 0; m < rows; ++m) {
+      const index i = i0 + m / pl.group;
+      const index h = r * pl.group + m % pl.group;
+      const softmax_row sr{sc.m[m], sc.l[m]};
+      if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
+      detail::finish_row<Arch>(p, sc.o + m * pl.dv_pad, sr.inv_l(), i, h);
+    }
+  };
+
+  auto body = [&](index task) {
+    float* base = detail::thread_scratch().get(pl.scratch_floats);
+    const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
+    const index u = task / pl.splits, sp = task % pl.splits;
+    index r, qb;
+    unit_coords(u, r, qb);
+    const index kb = sp * pl.split_len, ke = std::min(p.t_k, kb + pl.split_len);
+    detail::run_unit<Arch>(p, pl, sc, r, qb, kb, ke);
+    if (pl.splits == 1) {
+      finish_unit(sc, r, qb);
+    } else {
+      float* dst = partials + task * pl.rows_pad * row_block;
+      for (index m = 0; m < pl.rows_pad; ++m) {
+        std::memcpy(dst + m * row_block, sc.o + m * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
+        dst[m * row_block + pl.dv_pad] = sc.m[m];
+        dst[m * row_block + pl.dv_pad + 1] = sc.l[m];
+      }
+    }
+  };
+
+  // Merge of the split partial states of one unit: M = max m_s, O = Σ w_s O_s, l = Σ w_s l_s with
+  // w_s = exp(m_s - M) (0 for an empty split), in split order (deterministic).
+  auto merge_unit = [&](index u) {
+    float* base = detail::thread_scratch().get(pl.scratch_floats);
+    const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
+    index r, qb;
+    unit_coords(u, r, qb);
+    const float* part = partials + u * pl.splits * pl.rows_pad * row_block;
+    for (index m = 0; m < pl.rows_pad; ++m) {
+      float mall = -std::numeric_limits<float>::infinity();
+      for (index s = 0; s < pl.splits; ++s) mall = std::max(mall, part[(s * pl.rows_pad + m) * row_block + pl.dv_pad]);
+      float* o = sc.o + m * pl.dv_pad;
+      std::fill(o, o + pl.dv_pad, 0.0f);
+      float l = 0.0f;
+      for (index s = 0; s < pl.splits; ++s) {
+        const float* blk = part + (s * pl.rows_pad + m) * row_block;
+        const float w = softmax_row::weight(blk[pl.dv_pad], mall);
+        if (w == 0.0f) continue;
+        l += w * blk[pl.dv_pad + 1];
+        for (index c = 0; c < pl.dv_pad; ++c) o[c] += w * blk[c];
+      }
+      sc.m[m] = mall;
+      sc.l[m] = l;
+    }
+    finish_unit(sc, r, qb);
+  };
+
+#ifdef _OPENMP
+  if (team > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (index t = 0; t < tasks; ++t) body(t);
+    if (pl.splits > 1) {
+#pragma omp parallel for schedule(static) num_threads(int(std::min<index>(threads, pl.units)))
+      for (index u = 0; u < pl.units; ++u) merge_unit(u);
+    }
+    return;
+  }
+#endif
+  for (index t = 0; t < tasks; ++t) body(t);
+  if (pl.splits > 1)
+    for (index u = 0; u < pl.units; ++u) merge_unit(u);
+}
+
+}  // namespace gattn

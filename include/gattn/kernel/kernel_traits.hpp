@@ -1,0 +1,33 @@
+// Compile-time tile configuration of the fused SDPA kernel, per Arch (FlashAttention's
+// kernel_traits idea). Register blocks are sized to the vector register file.
+#pragma once
+
+#include <cstddef>
+
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/simd.hpp"
+
+namespace gattn {
+
+/// Tile sizes for Arch. Accumulator blocks: qk_mr x qk_nv and pv_mr x pv_nv batches live in
+/// registers, plus one row of operands: 24 + 4 + 1 of 32 registers for 16-lane archs (AVX-512),
+/// 12 + 3 + 1 of 16 for 8- and 4-lane archs (AVX2, SSE; NEON64 could take the larger set).
+template <class Arch>
+struct kernel_traits {
+  static constexpr index width = index(simd::width<Arch>);
+  static constexpr bool big_regfile = width >= 16;
+  /// Keys per tile (Bc): one S^T tile is block_keys x rows_pad floats, kept in L1.
+  static constexpr index block_keys = 64;
+  /// Target query rows per work unit (G heads x Br queries, stacked).
+  static constexpr index target_rows = width >= 16 ? 64 : (width == 1 ? 16 : 32);
+  /// S^T = K·Qᵀ microkernel: qk_mr keys x qk_nv vectors of query rows.
+  static constexpr int qk_mr = big_regfile ? 6 : (width == 1 ? 4 : 4);
+  static constexpr int qk_nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
+  /// O += P·V microkernel: pv_mr query rows x pv_nv vectors of channels.
+  static constexpr int pv_mr = big_regfile ? 6 : (width == 1 ? 4 : 4);
+  static constexpr int pv_nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
+  /// Minimum keys per split in split-KV (flash-decoding) mode.
+  static constexpr index min_split_keys = 512;
+};
+
+}  // namespace gattn

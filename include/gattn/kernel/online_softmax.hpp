@@ -1,0 +1,69 @@
+// Online (streaming) softmax state for W query rows at once: running max m and sum l, with the
+// rescale / accumulate / finalize / merge steps of flash attention, and their numerical guards.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "gattn/kernel/simd.hpp"
+
+namespace gattn {
+
+/// Running softmax statistics of a batch of rows (one lane per row). O itself lives with the
+/// caller; this state says how to rescale it.
+///   After keys 0..j: m = max_k s_k, l = Σ_k exp(s_k - m), O = Σ_k exp(s_k - m)·v_k.
+template <class B>
+struct online_softmax_state {
+  B m = B(-std::numeric_limits<float>::infinity());
+  B l = B(0.0f);
+
+  /// Starts a tile whose (masked) row maxima are `tile_max`. Returns the factor alpha by which
+  /// the caller multiplies its O (and this l is multiplied already), and sets `m_use`, the value
+  /// to subtract from this tile's scores.
+  ///   Guard 1: a row that has seen no key yet keeps m = -inf; exp(s - m) would be
+  ///   exp(-inf - (-inf)) = NaN, so m_use = 0 there (every s is -inf too, p = exp(-inf) = 0).
+  ///   Guard 2: alpha = 1 exactly when the max does not move (also covers -inf == -inf), so
+  ///   a stable max never perturbs O and l; otherwise exp(m_old - m_new) in [0, 1), and 0 for
+  ///   m_old = -inf (O and l are 0 then anyway).
+  B rescale(const B& tile_max, B& m_use) noexcept {
+    const B inf = B(std::numeric_limits<float>::infinity());
+    const B m_new = simd::max(m, tile_max);
+    m_use = simd::select(m_new == -inf, B(0.0f), m_new);
+    const B alpha = simd::select(m_new == m, B(1.0f), simd::exp_nonpositive(m - m_use));
+    m = m_new;
+    l = l * alpha;
+    return alpha;
+  }
+
+  /// p = exp(s - m_use) for one score (masked scores are -inf: p = 0 exactly); adds p to l.
+  /// s - m_use <= 0; very negative finite s stays finite (s - m never overflows to +inf), so a
+  /// score of -FLT_MAX is not "masked": it only becomes 0 when a larger score exists.
+  B accumulate(const B& s, const B& m_use) noexcept {
+    const B p = simd::exp_nonpositive(s - m_use);
+    l += p;
+    return p;
+  }
+
+  /// 1/l, or 0 for a row that saw no key (l = 0): its output is exactly 0, not 0/0.
+  B inv_l() const noexcept { return simd::select(l > B(0.0f), B(1.0f) / l, B(0.0f)); }
+};
+
+/// Scalar helpers for one row's (m, l), used by the split-KV merge and the lse output.
+struct softmax_row {
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0.0f;
+
+  /// Weight of a partial state with max `m_part` inside the merged state of max `m_all`:
+  /// exp(m_part - m_all), 0 for an empty partial (m_part = -inf; guards -inf - -inf).
+  static float weight(float m_part, float m_all) noexcept {
+    if (m_part == -std::numeric_limits<float>::infinity()) return 0.0f;
+    return std::exp(m_part - m_all);
+  }
+  /// Natural-log log-sum-exp of the row's scaled scores: m + log(l); -inf when l = 0.
+  float lse() const noexcept {
+    return l > 0.0f ? m + std::log(l) : -std::numeric_limits<float>::infinity();
+  }
+  float inv_l() const noexcept { return l > 0.0f ? 1.0f / l : 0.0f; }
+};
+
+}  // namespace gattn
