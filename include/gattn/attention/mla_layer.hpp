@@ -20,13 +20,6 @@
 
 namespace gattn {
 
-/// How an MLA call forms its attention. `automatic` picks per call from a cost model.
-enum class mla_form { automatic, absorbed, expanded };
-
-inline const char* to_string(mla_form f) {
-  return f == mla_form::absorbed ? "absorbed" : f == mla_form::expanded ? "expanded" : "automatic";
-}
-
 /// A gated MLA layer with fixed weights. Calls are const (one object, many sequences).
 class mla_layer {
  public:

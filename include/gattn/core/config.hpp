@@ -22,6 +22,9 @@ enum class gate_source { separate, low_rank, fused_q };
 /// Layout of fused_q gate scores inside q_proj's output.
 enum class fused_layout { per_head, per_kv_group };
 enum class norm_kind { none, rms, rms_zero_centered };
+/// How an MLA layer forms attention (SPEC §3): over per-head keys (expanded) or over the latent
+/// cache with W_uk / W_uv absorbed (absorbed); `automatic` lets the layer choose per call.
+enum class mla_form { automatic, absorbed, expanded };
 enum class rope_style { neox, interleaved, none };
 
 /// Gate description; `enabled == false` means no gate at all.
@@ -116,6 +119,9 @@ inline const char* to_string(activation a) {
     case activation::identity: return "identity";
   }
   return "?";
+}
+inline const char* to_string(mla_form f) {
+  return f == mla_form::absorbed ? "absorbed" : f == mla_form::expanded ? "expanded" : "automatic";
 }
 inline const char* to_string(combine c) { return c == combine::mul ? "mul" : "add"; }
 inline const char* to_string(gate_source s) {

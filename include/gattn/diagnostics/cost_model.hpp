@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gattn/core/config.hpp"
@@ -15,11 +16,6 @@
 #include "gattn/core/validate.hpp"
 
 namespace gattn {
-
-/// Which MLA attention form the per-key FLOPs describe (SPEC §3.3 expanded, §3.7 absorbed).
-enum class mla_form { expanded, absorbed };
-
-inline const char* to_string(mla_form f) { return f == mla_form::expanded ? "expanded" : "absorbed"; }
 
 /// One weight matrix (no bias) or one norm weight of a layer.
 struct projection_cost {
@@ -254,6 +250,7 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
 
   const index d = c.hidden, H = c.heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const index dc = c.kv_lora_rank, rq = c.q_lora_rank;
+  const index latent = detail::cost_add(dc, dr, "kv_lora_rank + qk_rope_head_dim");
   const index q_width = detail::cost_mul(H, dn + dr, "num_attention_heads * qk_head_dim");
 
   layer_cost out;
@@ -271,7 +268,7 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
   } else {
     out.projections.push_back(detail::make_projection("q_proj", q_width, d));
   }
-  out.projections.push_back(detail::make_projection("kv_a_proj_with_mqa", dc + dr, d));
+  out.projections.push_back(detail::make_projection("kv_a_proj_with_mqa", latent, d));
   out.projections.push_back(
       detail::make_projection("kv_b_proj", detail::cost_mul(H, dn + dv, "num_attention_heads * (d_nope + d_v)"), dc));
   out.norms.push_back(detail::make_norm("kv_a_layernorm", dc));
@@ -285,7 +282,7 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
   const double per_head = form == mla_form::expanded ? 2.0 * double(dn + dr) + 2.0 * double(dv)
                                                      : 2.0 * double(dc + dr) + 2.0 * double(dc);
   out.attention_flops_per_key = double(H) * per_head;
-  out.kv_cache_values_per_token = dc + dr;
+  out.kv_cache_values_per_token = latent;
   return out;
 }
 

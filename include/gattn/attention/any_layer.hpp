@@ -1,0 +1,58 @@
+// A layer of either family chosen at run time from a config (the CLI and the loaders use it).
+#pragma once
+
+#include <type_traits>
+#include <variant>
+
+#include "gattn/attention/gqa_layer.hpp"
+#include "gattn/attention/mla_layer.hpp"
+#include "gattn/io/gattn_config.hpp"
+
+namespace gattn {
+
+/// gqa_layer or mla_layer behind one interface; the choice is made once, at construction.
+class any_layer {
+ public:
+  any_layer(const layer_config& cfg, const weight_map& w) : impl_(make(cfg, w)) {}
+
+  index hidden() const {
+    return std::visit([](const auto& l) { return l.config().hidden; }, impl_);
+  }
+  bool causal() const {
+    return std::visit([](const auto& l) { return l.config().causal; }, impl_);
+  }
+  bool is_mla() const { return std::holds_alternative<mla_layer>(impl_); }
+
+  /// A cache of the right kind (GQA K/V rows or the MLA latent) for `capacity` tokens.
+  kv_cache make_cache(index capacity) const {
+    return std::visit([&](const auto& l) { return kv_cache(l.config(), capacity); }, impl_);
+  }
+
+  void set_backend(sdpa_backend b) {
+    std::visit([&](auto& l) { l.set_backend(b); }, impl_);
+  }
+  /// MLA only (ignored for GQA): force the absorbed or expanded form.
+  void set_mla_form(mla_form f) {
+    if (auto* m = std::get_if<mla_layer>(&impl_)) m->set_form(f);
+  }
+
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s = nullptr) const {
+    std::visit([&](const auto& l) { l.forward(x, y, s); }, impl_);
+  }
+  void prefill(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr) const {
+    std::visit([&](const auto& l) { l.prefill(x, c, y, s); }, impl_);
+  }
+  void decode(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr) const {
+    std::visit([&](const auto& l) { l.decode(x, c, y, s); }, impl_);
+  }
+
+ private:
+  using variant = std::variant<gqa_layer, mla_layer>;
+  static variant make(const layer_config& cfg, const weight_map& w) {
+    if (const auto* g = std::get_if<gqa_config>(&cfg)) return variant(std::in_place_type<gqa_layer>, *g, w);
+    return variant(std::in_place_type<mla_layer>, std::get<mla_config>(cfg), w);
+  }
+  variant impl_;
+};
+
+}  // namespace gattn

@@ -1,0 +1,188 @@
+// The `gattn` command-line tool end to end: every vector through `gattn run` in prefill and decode,
+// `gattn cost` on the paper's Table 1 shape, `gattn info`, and clean refusals of bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gattn/io/safetensors.hpp"
+#include "support/vectors.hpp"
+
+#ifndef GATTN_CLI_PATH
+#define GATTN_CLI_PATH ""
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace test = gattn::test;
+
+struct cli_result {
+  int status = -1;
+  std::string out, err;
+};
+
+fs::path scratch_dir() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("gattn_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+cli_result run_cli(const std::string& args) {
+  const fs::path out = scratch_dir() / "stdout.txt", err = scratch_dir() / "stderr.txt";
+  const std::string cmd = std::string("'") + GATTN_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+  const int raw = std::system(cmd.c_str());
+  cli_result r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+class CliRun : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP() << "built without the CLI";
+  }
+};
+
+TEST_P(CliRun, ReproducesVectorInPrefillAndDecode) {
+  const std::string name = GetParam();
+  const std::string st = test::data_path(name + ".safetensors");
+  const std::string cfg = test::data_path(name + ".config.json");
+  const auto ref = gattn::io::safetensors_file::open(st);
+  const auto y_ref = ref.read_f64("y");
+  const bool causal = gattn::io::parse_gattn_config(nlohmann::json::parse(ref.metadata().at("config"))).index() == 1 ||
+                      std::get<gattn::gqa_config>(gattn::io::parse_gattn_config(nlohmann::json::parse(ref.metadata().at("config")))).causal;
+  for (const std::string mode : {"", "--decode-from 0", "--decode-from 5", "--reference --decode-from 3"}) {
+    if (!causal && !mode.empty()) continue;
+    const fs::path out = scratch_dir() / (name + ".y.safetensors");
+    const auto r = run_cli("run --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --output '" +
+                           out.string() + "' " + mode);
+    ASSERT_EQ(r.status, 0) << mode << ": " << r.err;
+    const auto y = gattn::io::safetensors_file::open(out.string()).read_f64("y");
+    ASSERT_EQ(y.size(), y_ref.size());
+    EXPECT_LE(test::max_abs_diff(y, y_ref), 1e-4 * test::max_abs(y_ref)) << mode;
+  }
+}
+
+std::vector<std::string> all_vectors() {
+  auto v = test::gqa_case_names();
+  for (const auto& m : test::mla_case_names()) v.push_back(m);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Vectors, CliRun, ::testing::ValuesIn(all_vectors()),
+                         [](const auto& info) { return info.param; });
+
+TEST(Cli, RunWritesStatisticsMatchingTheVector) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string st = test::data_path("gqa_g1_elementwise_sigmoid.safetensors");
+  const fs::path out = scratch_dir() / "stats_y.safetensors", stats = scratch_dir() / "stats.json";
+  const auto r = run_cli("run --config '" + test::data_path("gqa_g1_elementwise_sigmoid.config.json") + "' --weights '" +
+                         st + "' --input '" + st + "' --output '" + out.string() + "' --stats '" + stats.string() +
+                         "' --decode-from 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto got = nlohmann::json::parse(slurp(stats));
+  const auto want = nlohmann::json::parse(gattn::io::safetensors_file::open(st).metadata().at("stats"));
+  for (const auto& [key, value] : want.items()) {
+    ASSERT_TRUE(got.contains(key)) << key;
+    EXPECT_NEAR(got[key].get<double>(), value.get<double>(), 1e-5) << key;
+  }
+}
+
+TEST(Cli, CostPrintsThePaperTable1Numbers) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  struct row { const char* gate; const char* expected; };
+  const row rows[] = {{R"("gate": {"position": "G1", "granularity": "elementwise"})", "201,326,592"},
+                      {R"("gate": {"position": "G1", "granularity": "headwise"})", "1,572,864"},
+                      {R"("gate": {"position": "G2", "granularity": "elementwise"})", "25,165,824"},
+                      {R"("gate": {"position": "G5", "granularity": "elementwise"})", "100,663,296"}};
+  for (const row& r : rows) {
+    const fs::path cfg = scratch_dir() / "paper15b.json";
+    std::ofstream(cfg) << R"({"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, )"
+                       << r.gate << "}";
+    const auto res = run_cli("cost --config '" + cfg.string() + "' --layers 24");
+    ASSERT_EQ(res.status, 0) << res.err;
+    EXPECT_THAT(res.out, ::testing::HasSubstr(r.expected)) << r.gate << "\n" << res.out;
+  }
+}
+
+TEST(Cli, InfoNamesArchAndTensors) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const auto r = run_cli("info --weights '" + test::data_path("gqa_plain.safetensors") + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("simd arch:"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("k_proj.weight  F32  [32, 64]"));
+}
+
+TEST(Cli, BadInputIsOneClearLineAndNonZeroStatus) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const fs::path junk = scratch_dir() / "junk.bin";
+  std::ofstream(junk) << "this is not a safetensors file at all";
+  const fs::path bad_cfg = scratch_dir() / "bad.json";
+  std::ofstream(bad_cfg) << R"({"hidden_size": 64, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 16})";
+  const std::string st = test::data_path("gqa_plain.safetensors"), cfg = test::data_path("gqa_plain.config.json");
+  const fs::path out = scratch_dir() / "never.safetensors";
+  struct bad { std::string args, word; };
+  const bad cases[] = {
+      {"", "missing command"},
+      {"frobnicate", "unknown command"},
+      {"run --config '" + cfg + "'", "missing required option --weights"},
+      {"run --config '" + cfg + "' --weights '" + junk.string() + "' --input '" + st + "' --output '" + out.string() + "'", "junk.bin"},
+      {"run --config '" + bad_cfg.string() + "' --weights '" + st + "' --input '" + st + "' --output '" + out.string() + "'", "num_key_value_heads"},
+      {"run --config '" + cfg + "' --weights '" + test::data_path("gqa_mqa.safetensors") + "' --input '" + st + "' --output '" + out.string() + "'", "k_proj.weight"},
+      {"run --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --output '" + out.string() + "' --decode-from x", "integer"},
+      {"run --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --output '" + out.string() + "' --decode-from 99", "past the input"},
+      {"run --config /nonexistent/c.json --weights '" + st + "' --input '" + st + "' --output '" + out.string() + "'", "/nonexistent/c.json"},
+      {"cost --config '" + cfg + "' --layers 0", "--layers"},
+  };
+  for (const bad& b : cases) {
+    const auto r = run_cli(b.args);
+    EXPECT_GE(r.status, 1) << b.args;
+    EXPECT_LE(r.status, 127) << b.args;
+    EXPECT_THAT(r.err, ::testing::HasSubstr(b.word)) << b.args;
+    EXPECT_THAT(r.err, ::testing::StartsWith("gattn: ")) << b.args;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+
+namespace {
+
+class CliHuggingFace : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CliHuggingFace, ReproducesCheckpointInPrefillAndDecode) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string dir = test::data_path(GetParam());
+  const auto y_ref = gattn::io::safetensors_file::open(dir + "/io.safetensors").read_f64("y");
+  for (const std::string mode : {"", "--decode-from 0", "--decode-from 6", "--reference"}) {
+    const fs::path out = scratch_dir() / (GetParam() + ".y.safetensors");
+    const auto r = run_cli("run --config '" + dir + "/config.json' --weights '" + dir + "/model.safetensors' --input '" +
+                           dir + "/io.safetensors' --output '" + out.string() + "' " + mode);
+    ASSERT_EQ(r.status, 0) << mode << ": " << r.err;
+    const auto y = gattn::io::safetensors_file::open(out.string()).read_f64("y");
+    ASSERT_EQ(y.size(), y_ref.size());
+    EXPECT_LE(test::max_abs_diff(y, y_ref), 1e-4 * test::max_abs(y_ref)) << mode;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
