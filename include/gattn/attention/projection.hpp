@@ -1,6 +1,7 @@
 // Dense projections through Eigen: y[T, out] = x[T, in] · Wᵀ + b on row-major buffers.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include <Eigen/Core>
@@ -16,6 +17,9 @@ struct linear_map {
   row_matrix weight;
   Eigen::VectorXf bias;  ///< empty: no bias
 
+  /// Up to this many rows go through matrix-vector products instead of one GEMM.
+  static constexpr index gemv_rows = 2;
+
   index out() const { return index(weight.rows()); }
   index in() const { return index(weight.cols()); }
 
@@ -23,6 +27,25 @@ struct linear_map {
   /// Eigen evaluates `noalias` products straight into the destination: no temporary.
   void apply(const float* x, index rows, index x_stride, float* y, index y_stride) const {
     using stride = Eigen::OuterStride<>;
+    if (rows <= gemv_rows) {
+      // Decode: a GEMM would pack the whole weight matrix for one token; a row-major GEMV streams
+      // it once, which is what a memory-bound step needs.
+      // Eigen does not thread matrix-vector products, so the output rows are split here.
+      const index blocks = std::min<index>(64, std::max<index>(1, out() / 256));
+      for (index r = 0; r < rows; ++r) {
+        Eigen::Map<const Eigen::VectorXf> xr(x + r * x_stride, in());
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (blocks > 1)
+#endif
+        for (index b = 0; b < blocks; ++b) {
+          const index first = out() * b / blocks, count = out() * (b + 1) / blocks - first;
+          Eigen::Map<Eigen::VectorXf> yr(y + r * y_stride + first, count);
+          yr.noalias() = weight.middleRows(first, count) * xr;
+          if (bias.size() != 0) yr += bias.segment(first, count);
+        }
+      }
+      return;
+    }
     Eigen::Map<const row_matrix, 0, stride> X(x, rows, in(), stride(x_stride));
     Eigen::Map<row_matrix, 0, stride> Y(y, rows, out(), stride(y_stride));
     Y.noalias() = X * weight.transpose();

@@ -14,6 +14,15 @@ namespace gattn::io::detail {
 
 using nlohmann::json;
 
+/// A short rendering of a JSON value for error messages. Never dumps a container: dump() recurses
+/// once per nesting level, so hostile input nested 1e5 deep would overflow the stack.
+inline std::string short_text(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) return "an array";
+  std::string s = short_text(v);
+  return s.size() > 64 ? s.substr(0, 61) + "..." : s;
+}
+
 /// True when `key` is present and not null (JSON null means "absent" in HF configs).
 inline bool has(const json& obj, const char* key) {
   auto it = obj.find(key);
@@ -45,10 +54,10 @@ inline index get_index(const json& obj, const char* key, const std::string& wher
   if (v.is_number_float()) {
     const double d = v.get<double>();
     gattn::detail::require<config_error>(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 2147483647.0,
-                                         where, ": '", key, "'=", v.dump(), " must be an integer");
+                                         where, ": '", key, "'=", short_text(v), " must be an integer");
     return index(d);
   }
-  throw config_error(gattn::detail::concat(where, ": '", key, "' must be an integer, got ", v.dump()));
+  throw config_error(gattn::detail::concat(where, ": '", key, "' must be an integer, got ", short_text(v)));
 }
 
 inline index get_index(const json& obj, const char* key, const std::string& where, index fallback) {
@@ -57,9 +66,9 @@ inline index get_index(const json& obj, const char* key, const std::string& wher
 
 inline double get_double(const json& obj, const char* key, const std::string& where) {
   const json& v = field(obj, key, where);
-  gattn::detail::require<config_error>(v.is_number(), where, ": '", key, "' must be a number, got ", v.dump());
+  gattn::detail::require<config_error>(v.is_number(), where, ": '", key, "' must be a number, got ", short_text(v));
   const double d = v.get<double>();
-  gattn::detail::require<config_error>(std::isfinite(d), where, ": '", key, "' must be finite, got ", v.dump());
+  gattn::detail::require<config_error>(std::isfinite(d), where, ": '", key, "' must be finite, got ", short_text(v));
   return d;
 }
 
@@ -70,14 +79,14 @@ inline double get_double(const json& obj, const char* key, const std::string& wh
 inline bool get_bool(const json& obj, const char* key, const std::string& where, bool fallback) {
   if (!has(obj, key)) return fallback;
   const json& v = obj.at(key);
-  gattn::detail::require<config_error>(v.is_boolean(), where, ": '", key, "' must be true or false, got ", v.dump());
+  gattn::detail::require<config_error>(v.is_boolean(), where, ": '", key, "' must be true or false, got ", short_text(v));
   return v.get<bool>();
 }
 
 inline std::string get_string(const json& obj, const char* key, const std::string& where, const std::string& fallback) {
   if (!has(obj, key)) return fallback;
   const json& v = obj.at(key);
-  gattn::detail::require<config_error>(v.is_string(), where, ": '", key, "' must be a string, got ", v.dump());
+  gattn::detail::require<config_error>(v.is_string(), where, ": '", key, "' must be a string, got ", short_text(v));
   return v.get<std::string>();
 }
 

@@ -11,8 +11,12 @@
 //       masking only on tiles that cross the diagonal
 //     O  = alpha·O + Pᵀᵀ·V  (microkernel: broadcast P[m][j] from Sᵀ, load V rows in place)
 //   epilogue per row: O / l (0 for a row without keys), RMSNorm, gate, one store.
-// Decode (few work units, many keys): the keys are split across threads (flash-decoding) and the
-// partial (m, l, O) states are merged before the epilogue.
+// Decode (few rows per unit, many keys): the keys are split across threads (flash-decoding); a
+// task runs every unit over its key split tile by tile, prefetching the next tile of all KV heads
+// (a [T, H_kv, D] cache streams contiguously), and the partial (m, l, O) states of the splits are
+// merged in split order (deterministic) before the epilogue.
+// Scratch: thread_local, grown once (see unit_scratch for the per-unit layout); the split
+// partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -154,6 +159,7 @@ struct sdpa_plan {
   index split_len = 0;  // keys per split (multiple of Bc)
   index offset = 0;     // t_k - t_q (causal alignment)
   bool pack_v = false;
+  bool interleave = false;  // decode: a task runs every unit over its key split, tile by tile
   std::size_t scratch_floats = 0;
 };
 
@@ -171,14 +177,20 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.units = p.kv_heads * pl.q_blocks;
   pl.offset = p.t_k - p.t_q;
   pl.pack_v = (p.d_v % tr::width) != 0;
-  // Split the keys only when there are too few units to feed the threads (decode).
+  // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
+  // units. One head's rows are a page apart in a [T, H_kv, D] cache, so a task runs *every* unit
+  // on each key tile in turn and prefetches the next tile of all heads: the cache streams
+  // contiguously at memory bandwidth instead of one page-strided pass per head.
+  // Prefill with few units and many threads: split the keys only to feed the threads.
   pl.splits = 1;
   pl.split_len = std::max<index>(p.t_k, 1);
-  if (threads > 1 && pl.units < 2 * threads && p.t_k >= 2 * tr::min_split_keys) {
-    const index want = (2 * threads + pl.units - 1) / pl.units;
-    const index most = p.t_k / tr::min_split_keys;
-    pl.splits = std::max<index>(1, std::min(want, most));
-    pl.split_len = round_up((p.t_k + pl.splits - 1) / pl.splits, tr::block_keys);
+  pl.interleave = pl.rows <= 2 * tr::width;
+  index want = 1;
+  if (pl.interleave) want = threads > 1 ? 2 * threads : 1;
+  else if (threads > 1 && pl.units < 2 * threads) want = (2 * threads + pl.units - 1) / pl.units;
+  want = std::min(want, p.t_k / tr::min_split_keys);
+  if (want > 1) {
+    pl.split_len = round_up((p.t_k + want - 1) / want, tr::block_keys);
     pl.splits = (p.t_k + pl.split_len - 1) / pl.split_len;
   }
   const index bc = tr::block_keys;
@@ -246,6 +258,8 @@ inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index
 }
 
 /// O[m][c..] = alpha[m]·O[m][c..] + Σ_j Pᵀ[j][m] · V[j][c..] for MR rows × NV channel vectors.
+/// The tile's sum starts from 0 and is added to alpha·O at the end (blocked summation: the
+/// rounding error grows with Bc + T/Bc instead of T).
 template <class Arch, int MR, int NV>
 inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index vs, float* o, index ldo,
                      const float* alpha) {
@@ -253,11 +267,9 @@ inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index
   constexpr index W = index(B::size);
   B acc[MR][NV];
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-    const B a = simd::broadcast<Arch>(alpha[m]);
+  for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) acc[m][x] = simd::load<Arch>(o + m * ldo + x * W) * a;
-  }
+    for (int x = 0; x < NV; ++x) acc[m][x] = B(0.0f);
   for (index j = 0; j < nk; ++j) {
     B vv[NV];
 #pragma GCC unroll 8
@@ -270,26 +282,42 @@ inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index
     }
   }
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
+  for (int m = 0; m < MR; ++m) {
+    const B a = simd::broadcast<Arch>(alpha[m]);
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) simd::store(o + m * ldo + x * W, acc[m][x]);
+    for (int x = 0; x < NV; ++x)
+      simd::store(o + m * ldo + x * W, simd::fma(simd::load<Arch>(o + m * ldo + x * W), a, acc[m][x]));
+  }
 }
 
-/// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
-/// scratch (rows < pl.rows are meaningful).
+/// Software prefetch of keys [j0, j0 + n): the K and V rows of every KV head (a contiguous span
+/// per token in a [T, H_kv, D] cache). Decode reads each byte once with little arithmetic; one
+/// head's rows are a page apart, which defeats the hardware prefetchers, so the interleaved decode
+/// path asks for the next tile of all heads while it computes the current one.
+inline void prefetch_keys(const sdpa_params& p, index j0, index n) {
+  const index kspan = (p.kv_heads - 1) * p.k_head_stride + p.d_qk;
+  const index vspan = (p.kv_heads - 1) * p.v_head_stride + p.d_v;
+  for (index j = 0; j < n; ++j) {
+    const char* kr = reinterpret_cast<const char*>(p.k + (j0 + j) * p.k_token_stride);
+    const char* vr = reinterpret_cast<const char*>(p.v + (j0 + j) * p.v_token_stride);
+    for (index b = 0; b < kspan * index(sizeof(float)); b += 64) __builtin_prefetch(kr + b);
+    for (index b = 0; b < vspan * index(sizeof(float)); b += 64) __builtin_prefetch(vr + b);
+  }
+}
+
+/// What unit_begin learns about a unit: its valid rows and the range of visible-key counts.
+struct unit_info {
+  index r = 0, rows = 0, min_lim = 0, max_lim = 0;
+};
+
+/// Starts a work unit: packs scale·Qᵀ and the per-row visible-key limits (padding rows are zeros
+/// that see every key) and clears m, l and O.
 template <class Arch>
-inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
-                     index k_begin, index k_end) {
-  using tr = kernel_traits<Arch>;
-  using B = simd::batch<float, Arch>;
-  constexpr index W = tr::width;
-  constexpr index bc = tr::block_keys;
+inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb) {
   const index ldq = pl.rows_pad;
   const index i0 = qb * pl.br;
   const index rows = std::min(pl.br, p.t_q - i0) * pl.group;  // valid rows of this unit
   const float ninf = -std::numeric_limits<float>::infinity();
-
-  // Pack scale·Qᵀ and the per-row visible-key limits; padding rows are zeros that see every key.
   index min_lim = p.t_k, max_lim = 0;
   for (index m = 0; m < pl.rows_pad; ++m) {
     if (m < rows) {
@@ -309,11 +337,21 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
     sc.l[m] = 0.0f;
   }
   std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
+  return {r, rows, min_lim, max_lim};
+}
 
-  const index kend = std::min(k_end, max_lim);  // keys past every row's limit are never visible
+/// One key tile [j0, j0 + nk) of a unit: Sᵀ = K·Qt, online softmax, O = alpha·O + P·V.
+template <class Arch>
+inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
+                      index j0, index nk) {
+  using tr = kernel_traits<Arch>;
+  using B = simd::batch<float, Arch>;
+  constexpr index W = tr::width;
+  const index ldq = pl.rows_pad;
+  const index r = ui.r, rows = ui.rows, min_lim = ui.min_lim;
+  const float ninf = -std::numeric_limits<float>::infinity();
   const index nvq = pl.rows_pad / W;
-  for (index j0 = k_begin; j0 < kend; j0 += bc) {
-    const index nk = std::min(bc, kend - j0);
+  {
     const float* kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
     // 1. Sᵀ = K_tile · Qt
     for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
@@ -350,7 +388,10 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
       }
       B m_use;
       const B alpha = st.rescale(tmax, m_use);
-      for (index j = 0; j < nk; ++j) simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use));
+      B tile_sum(0.0f);
+      for (index j = 0; j < nk; ++j)
+        simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use, tile_sum));
+      st.end_tile(alpha, tile_sum);
       simd::store(sc.m + v0 * W, st.m);
       simd::store(sc.l + v0 * W, st.l);
       simd::store(sc.alpha + v0 * W, alpha);
@@ -384,6 +425,17 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
   }
 }
 
+/// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
+/// scratch (rows < pl.rows are meaningful).
+template <class Arch>
+inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
+                     index k_begin, index k_end) {
+  constexpr index bc = kernel_traits<Arch>::block_keys;
+  const unit_info ui = unit_begin<Arch>(p, pl, sc, r, qb);
+  const index kend = std::min(k_end, ui.max_lim);  // keys past every row's limit are never visible
+  for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
+}
+
 /// Epilogue of one output row: z = o·inv_l, RMSNorm, gate, then the single store to `dst`.
 /// Works in place on the scratch row `o` (L1-resident).
 template <class Arch>
@@ -411,6 +463,12 @@ inline aligned_buffer& thread_partials() {
   return buf;
 }
 
+/// Per-unit bookkeeping of the interleaved decode path (grows, never shrinks).
+inline std::vector<unit_info>& thread_unit_info() {
+  static thread_local std::vector<unit_info> info;
+  return info;
+}
+
 inline int resolve_threads(int requested) {
 #ifdef _OPENMP
   return requested > 0 ? requested : omp_get_max_threads();
@@ -433,12 +491,12 @@ void fused_sdpa(const sdpa_params& p) {
   using tr = kernel_traits<Arch>;
   const int threads = detail::resolve_threads(p.threads);
   const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
-  const index tasks = pl.units * pl.splits;
+  const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
   const int team = int(std::min<index>(threads, tasks));
   const index row_block = pl.dv_pad + 2;
   float* partials = nullptr;
   if (pl.splits > 1)
-    partials = detail::thread_partials().get(std::size_t(tasks * pl.rows_pad * row_block));
+    partials = detail::thread_partials().get(std::size_t(pl.units * pl.splits * pl.rows_pad * row_block));
 
   auto unit_coords = [&](index u, index& r, index& qb) {
     // Causal: later query blocks see more keys, so they go first (better dynamic balance).
@@ -459,23 +517,61 @@ void fused_sdpa(const sdpa_params& p) {
     }
   };
 
+  auto save_partial = [&](const detail::unit_scratch& sc, index u, index sp) {
+    float* dst = partials + (u * pl.splits + sp) * pl.rows_pad * row_block;
+    for (index m = 0; m < pl.rows_pad; ++m) {
+      std::memcpy(dst + m * row_block, sc.o + m * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
+      dst[m * row_block + pl.dv_pad] = sc.m[m];
+      dst[m * row_block + pl.dv_pad + 1] = sc.l[m];
+    }
+  };
+
+  // One task = one unit over one key split (prefill), or every unit over one key split,
+  // interleaved tile by tile (decode; scratch = one unit_scratch per unit, back to back).
   auto body = [&](index task) {
-    float* base = detail::thread_scratch().get(pl.scratch_floats);
-    const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
-    const index u = task / pl.splits, sp = task % pl.splits;
-    index r, qb;
-    unit_coords(u, r, qb);
+    if (!pl.interleave) {
+      float* base = detail::thread_scratch().get(pl.scratch_floats);
+      const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
+      const index sp = task / pl.units, u = task % pl.units;  // split-major
+      index r, qb;
+      unit_coords(u, r, qb);
+      const index kb = sp * pl.split_len, ke = std::min(p.t_k, kb + pl.split_len);
+      detail::run_unit<Arch>(p, pl, sc, r, qb, kb, ke);
+      if (pl.splits == 1) finish_unit(sc, r, qb);
+      else save_partial(sc, u, sp);
+      return;
+    }
+    const index sp = task;
+    float* base = detail::thread_scratch().get(std::size_t(pl.units) * pl.scratch_floats);
+    std::vector<detail::unit_info>& info = detail::thread_unit_info();
+    info.resize(std::size_t(pl.units));
+    auto scratch_of = [&](index u) { return detail::carve(base + std::size_t(u) * pl.scratch_floats, p, pl, tr::block_keys); };
     const index kb = sp * pl.split_len, ke = std::min(p.t_k, kb + pl.split_len);
-    detail::run_unit<Arch>(p, pl, sc, r, qb, kb, ke);
-    if (pl.splits == 1) {
-      finish_unit(sc, r, qb);
-    } else {
-      float* dst = partials + task * pl.rows_pad * row_block;
-      for (index m = 0; m < pl.rows_pad; ++m) {
-        std::memcpy(dst + m * row_block, sc.o + m * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
-        dst[m * row_block + pl.dv_pad] = sc.m[m];
-        dst[m * row_block + pl.dv_pad + 1] = sc.l[m];
+    index kend = kb;
+    for (index u = 0; u < pl.units; ++u) {
+      index r, qb;
+      unit_coords(u, r, qb);
+      info[std::size_t(u)] = detail::unit_begin<Arch>(p, pl, scratch_of(u), r, qb);
+      kend = std::max(kend, std::min(ke, info[std::size_t(u)].max_lim));
+    }
+    constexpr index bc = tr::block_keys;
+    detail::prefetch_keys(p, kb, std::min(bc, kend - kb));
+    for (index j0 = kb; j0 < kend; j0 += bc) {
+      // Prefetch the next tile spread over the units' work (a burst of thousands of prefetches
+      // would overflow the miss queue and be dropped).
+      const index next = std::min(bc, kend - j0 - bc), per_unit = (next + pl.units - 1) / pl.units;
+      for (index u = 0; u < pl.units; ++u) {
+        const index a = std::min(next, u * per_unit);
+        detail::prefetch_keys(p, j0 + bc + a, std::min(next, a + per_unit) - a);
+        const index ke_u = std::min(ke, info[std::size_t(u)].max_lim);
+        if (j0 < ke_u) detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, ke_u - j0));
       }
+    }
+    for (index u = 0; u < pl.units; ++u) {
+      index r, qb;
+      unit_coords(u, r, qb);
+      if (pl.splits == 1) finish_unit(scratch_of(u), r, qb);
+      else save_partial(scratch_of(u), u, sp);
     }
   };
 

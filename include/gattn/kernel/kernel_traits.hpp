@@ -27,7 +27,7 @@ struct kernel_traits {
   static constexpr int pv_mr = big_regfile ? 6 : (width == 1 ? 4 : 4);
   static constexpr int pv_nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
   /// Minimum keys per split in split-KV (flash-decoding) mode.
-  static constexpr index min_split_keys = 512;
+  static constexpr index min_split_keys = 256;
 };
 
 }  // namespace gattn

@@ -18,8 +18,8 @@ struct online_softmax_state {
   B l = B(0.0f);
 
   /// Starts a tile whose (masked) row maxima are `tile_max`. Returns the factor alpha by which
-  /// the caller multiplies its O (and this l is multiplied already), and sets `m_use`, the value
-  /// to subtract from this tile's scores.
+  /// the caller multiplies its O (l is rescaled by end_tile), and sets `m_use`, the value to
+  /// subtract from this tile's scores.
   ///   Guard 1: a row that has seen no key yet keeps m = -inf; exp(s - m) would be
   ///   exp(-inf - (-inf)) = NaN, so m_use = 0 there (every s is -inf too, p = exp(-inf) = 0).
   ///   Guard 2: alpha = 1 exactly when the max does not move (also covers -inf == -inf), so
@@ -31,18 +31,22 @@ struct online_softmax_state {
     m_use = simd::select(m_new == -inf, B(0.0f), m_new);
     const B alpha = simd::select(m_new == m, B(1.0f), simd::exp_nonpositive(m - m_use));
     m = m_new;
-    l = l * alpha;
     return alpha;
   }
 
-  /// p = exp(s - m_use) for one score (masked scores are -inf: p = 0 exactly); adds p to l.
-  /// s - m_use <= 0; very negative finite s stays finite (s - m never overflows to +inf), so a
-  /// score of -FLT_MAX is not "masked": it only becomes 0 when a larger score exists.
-  B accumulate(const B& s, const B& m_use) noexcept {
+  /// p = exp(s - m_use) for one score (masked scores are -inf: p = 0 exactly); adds p to the
+  /// tile's partial sum. s - m_use <= 0; very negative finite s stays finite (s - m never
+  /// overflows to +inf), so a score of -FLT_MAX is not "masked": it only becomes 0 when a larger
+  /// score exists.
+  static B accumulate(const B& s, const B& m_use, B& tile_sum) noexcept {
     const B p = simd::exp_nonpositive(s - m_use);
-    l += p;
+    tile_sum += p;
     return p;
   }
+
+  /// Ends a tile: l = alpha·l + tile_sum. Summing per tile first (like O, see fused_sdpa.hpp)
+  /// makes the rounding error grow with the tile length plus the tile count, not the key count.
+  void end_tile(const B& alpha, const B& tile_sum) noexcept { l = simd::fma(l, alpha, tile_sum); }
 
   /// 1/l, or 0 for a row that saw no key (l = 0): its output is exactly 0, not 0/0.
   B inv_l() const noexcept { return simd::select(l > B(0.0f), B(1.0f) / l, B(0.0f)); }

@@ -1,0 +1,234 @@
+// Benchmarks of the fused SDPA-then-gate kernel (BENCH.md contract): kernel/<shape>/<variant>/t:<n>
+// for P1, P2, D1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
+// tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
+// limits/gemm/t:<n> (Eigen GEMM) and limits/read/t:<n> (read bandwidth over 2 GiB).
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/kernel/kernel.hpp"
+
+namespace {
+
+using gattn::index;
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using StridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
+using StridedMapMut = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+
+struct shape {
+  const char* name;
+  index t_q, t_k, hq, hkv, d;
+  bool decode;
+};
+
+const shape k_shapes[] = {
+    {"P1", 2048, 2048, 16, 4, 128, false},   {"P2", 8192, 8192, 16, 4, 128, false},
+    {"D1", 1, 8192, 32, 8, 128, true},       {"S512", 512, 512, 16, 4, 128, false},
+    {"S1024", 1024, 1024, 16, 4, 128, false}, {"S2048", 2048, 2048, 16, 4, 128, false},
+    {"S4096", 4096, 4096, 16, 4, 128, false}, {"S8192", 8192, 8192, 16, 4, 128, false},
+};
+
+void fill(std::vector<float>& v, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& x : v) x = nd(g);
+}
+
+/// Inputs of one shape; decode shapes hold enough independent caches that their total exceeds
+/// 64 MiB (twice the L3), so every call streams its K/V from memory.
+struct inputs {
+  shape s;
+  index caches = 1;
+  std::vector<float> q, u_elem, u_head, out;
+  std::vector<std::vector<float>> k, v;
+  explicit inputs(const shape& sh) : s(sh) {
+    const double cache_bytes = double(s.t_k) * double(s.hkv) * double(s.d) * 4.0 * 2.0;
+    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / cache_bytes)) : 1;
+    caches = std::max<index>(caches, s.decode ? 2 : 1);
+    q.resize(std::size_t(s.t_q * s.hq * s.d));
+    fill(q, 1);
+    u_elem.resize(std::size_t(s.t_q * s.hq * s.d));
+    fill(u_elem, 2);
+    u_head.resize(std::size_t(s.t_q * s.hq));
+    fill(u_head, 3);
+    out.resize(std::size_t(s.t_q * s.hq * s.d));
+    for (index c = 0; c < caches; ++c) {
+      k.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
+      v.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
+      fill(k.back(), unsigned(10 + 2 * c));
+      fill(v.back(), unsigned(11 + 2 * c));
+    }
+  }
+  gattn::sdpa_params params(index c, const std::string& variant, int threads) {
+    gattn::sdpa_params p;
+    p.t_q = s.t_q; p.t_k = s.t_k; p.q_heads = s.hq; p.kv_heads = s.hkv; p.d_qk = s.d; p.d_v = s.d;
+    p.q = q.data(); p.q_token_stride = s.hq * s.d; p.q_head_stride = s.d;
+    p.k = k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.d;
+    p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * s.d; p.v_head_stride = s.d;
+    p.out = out.data(); p.out_token_stride = s.hq * s.d; p.out_head_stride = s.d;
+    p.scale = 1.0f / std::sqrt(float(s.d));
+    p.causal = true;
+    p.threads = threads;
+    if (variant == "g1_elementwise") {
+      p.epilogue.gate_scores = u_elem.data();
+      p.epilogue.gate_token_stride = s.hq * s.d;
+      p.epilogue.gate_head_stride = s.d;
+    } else if (variant == "g1_headwise") {
+      p.epilogue.gate_scores = u_head.data();
+      p.epilogue.gate_token_stride = s.hq;
+      p.epilogue.gate_head_stride = 1;
+      p.epilogue.gate_headwise = true;
+    }
+    return p;
+  }
+};
+
+/// The tuned unfused Eigen baseline (BENCH.md): per query head S.noalias() = Q·Kᵀ, the scale
+/// folded into exp, the causal mask by a row loop, O = P·V, then an elementwise sigmoid gate.
+/// Parallel over heads with OpenMP (Eigen itself runs serially inside the region). Scratch S is
+/// allocated once per thread outside the timed loop.
+struct unfused {
+  std::vector<RowMat> s_buf;
+  explicit unfused(const shape& s, int threads) {
+    for (int t = 0; t < threads; ++t) s_buf.emplace_back(s.t_q, s.t_k);
+  }
+  void run(const inputs& in, index c, int threads) {
+    const shape& s = in.s;
+    const index g = s.hq / s.hkv;
+    const float scale = 1.0f / std::sqrt(float(s.d));
+    const index off = s.t_k - s.t_q;
+    const float* kk = in.k[std::size_t(c)].data();
+    const float* vv = in.v[std::size_t(c)].data();
+    float* out = const_cast<float*>(in.out.data());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (index h = 0; h < s.hq; ++h) {
+#ifdef _OPENMP
+      RowMat& S = s_buf[std::size_t(omp_get_thread_num())];
+#else
+      RowMat& S = s_buf[0];
+#endif
+      const index r = h / g;
+      StridedMap Q(in.q.data() + h * s.d, s.t_q, s.d, Eigen::OuterStride<>(s.hq * s.d));
+      StridedMap K(kk + r * s.d, s.t_k, s.d, Eigen::OuterStride<>(s.hkv * s.d));
+      StridedMap V(vv + r * s.d, s.t_k, s.d, Eigen::OuterStride<>(s.hkv * s.d));
+      StridedMapMut O(out + h * s.d, s.t_q, s.d, Eigen::OuterStride<>(s.hq * s.d));
+      S.noalias() = Q * K.transpose();
+      for (index i = 0; i < s.t_q; ++i) {
+        const index vis = std::min(s.t_k, i + off + 1);
+        auto row = S.row(i);
+        for (index j = vis; j < s.t_k; ++j) row(j) = 0.0f;
+        const float m = row.head(vis).maxCoeff();
+        row.head(vis) = ((row.head(vis).array() - m) * scale).exp();
+        row.head(vis) /= row.head(vis).sum();
+      }
+      O.noalias() = S * V;
+      StridedMap U(in.u_elem.data() + h * s.d, s.t_q, s.d, Eigen::OuterStride<>(s.hq * s.d));
+      O.array() *= (1.0f + (-U.array()).exp()).inverse();
+    }
+  }
+};
+
+double work(const shape& s) {
+  return s.decode ? double(s.t_k) * double(s.hkv) * double(s.d) * 4.0 * 2.0  // bytes of K and V
+                  : 4.0 * double(s.t_q) * double(s.t_k) * double(s.d) * double(s.hq) / 2.0;
+}
+
+void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) {
+  Eigen::setNbThreads(1);
+  static std::unique_ptr<inputs> cached;  // the largest inputs are reused across benchmarks
+  if (!cached || cached->s.name != s.name) {
+    cached.reset();
+    cached = std::make_unique<inputs>(s);
+  }
+  inputs& in = *cached;
+  std::unique_ptr<unfused> base;
+  if (variant == "unfused") base = std::make_unique<unfused>(s, threads);
+  index c = 0;
+  for (auto _ : st) {
+    if (base) base->run(in, c, threads);
+    else gattn::fused_sdpa(in.params(c, variant, threads));
+    benchmark::DoNotOptimize(in.out.data());
+    benchmark::ClobberMemory();
+    c = (c + 1) % in.caches;
+  }
+  const double w = work(s);
+  if (s.decode) st.counters["GBps"] = benchmark::Counter(w / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  else st.counters["GFLOPS"] = benchmark::Counter(w / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_gemm(benchmark::State& st, int threads) {
+  const index n = 4096;
+  Eigen::setNbThreads(threads);
+  RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
+  for (auto _ : st) {
+    c.noalias() = a * b;
+    benchmark::DoNotOptimize(c.data());
+  }
+  Eigen::setNbThreads(1);
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * double(n) * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void bm_read(benchmark::State& st, int threads) {
+  const std::size_t n = std::size_t(2) << 30 >> 2;  // 2 GiB of floats
+  static std::vector<float> buf;
+  if (buf.size() != n) {
+    buf.assign(n, 1.0f);
+  }
+  for (auto _ : st) {
+    float total = 0;
+    using B = gattn::simd::batch<float, gattn::default_arch>;
+    constexpr std::size_t W = B::size;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+#ifdef _OPENMP
+      const std::size_t nt = std::size_t(omp_get_num_threads()), id = std::size_t(omp_get_thread_num());
+#else
+      const std::size_t nt = 1, id = 0;
+#endif
+      const std::size_t chunk = (n / nt) / (4 * W) * (4 * W);
+      const float* p = buf.data() + id * chunk;
+      B a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+      for (std::size_t i = 0; i < chunk; i += 4 * W) {
+        a0 += gattn::simd::load<gattn::default_arch>(p + i);
+        a1 += gattn::simd::load<gattn::default_arch>(p + i + W);
+        a2 += gattn::simd::load<gattn::default_arch>(p + i + 2 * W);
+        a3 += gattn::simd::load<gattn::default_arch>(p + i + 3 * W);
+      }
+      total += gattn::simd::hadd((a0 + a1) + (a2 + a3));
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  st.counters["GBps"] = benchmark::Counter(double(n) * 4.0 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+int register_all() {
+  benchmark::AddCustomContext("gattn_arch", gattn::default_arch_name());
+  benchmark::AddCustomContext("gattn_simd_width", std::to_string(gattn::simd::width<gattn::default_arch>));
+  for (int t : {1, 2}) {
+    benchmark::RegisterBenchmark(("limits/gemm/t:" + std::to_string(t)).c_str(), bm_gemm, t)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("limits/read/t:" + std::to_string(t)).c_str(), bm_read, t)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  for (const shape& s : k_shapes)
+    for (const char* variant : {"plain", "g1_elementwise", "g1_headwise", "unfused"})
+      for (int t : {1, 2}) {
+        const std::string name = std::string("kernel/") + s.name + "/" + variant + "/t:" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, std::string(variant), t)
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
+  return 0;
+}
+const int registered = register_all();
+
+}  // namespace

@@ -1,0 +1,46 @@
+# gattn_internal: compile flags for gattn's own targets (never propagated to consumers).
+add_library(gattn_internal INTERFACE)
+target_link_libraries(gattn_internal INTERFACE gattn::gattn)
+
+# Debian 12's libxsimd-dev (8.1.0-7) exports `xsimd` with INTERFACE_LINK_LIBRARIES "xtl" but does not
+# depend on libxtl-dev, so every link line gets a bare -lxtl ("cannot find -lxtl"). xsimd only needs
+# xtl for XSIMD_ENABLE_XTL_COMPLEX, which gattn does not use: drop it unless a real xtl target exists.
+# (gattnConfig.cmake.in needs the same lines after find_dependency(xsimd) for installed consumers.)
+if(TARGET xsimd AND NOT TARGET xtl)
+  get_target_property(_gattn_xsimd_libs xsimd INTERFACE_LINK_LIBRARIES)
+  if(_gattn_xsimd_libs)
+    list(REMOVE_ITEM _gattn_xsimd_libs xtl)
+    set_property(TARGET xsimd PROPERTY INTERFACE_LINK_LIBRARIES "${_gattn_xsimd_libs}")
+  endif()
+endif()
+
+if(GATTN_SIMD STREQUAL "native")
+  target_compile_options(gattn_internal INTERFACE -march=native)
+elseif(GATTN_SIMD STREQUAL "avx512")
+  target_compile_options(gattn_internal INTERFACE -march=x86-64-v4 -mtune=znver4)
+elseif(GATTN_SIMD STREQUAL "avx2")
+  target_compile_options(gattn_internal INTERFACE -march=x86-64-v3)
+elseif(GATTN_SIMD STREQUAL "scalar")
+  # Portable baseline code; GATTN_FORCE_SCALAR makes the kernels use gattn's scalar arch.
+  target_compile_definitions(gattn_internal INTERFACE GATTN_FORCE_SCALAR=1)
+elseif(GATTN_SIMD STREQUAL "neon")
+  # AArch64 has NEON in its baseline; nothing to add (the toolchain file sets the compiler).
+else()
+  message(FATAL_ERROR "GATTN_SIMD must be native, avx512, avx2, scalar or neon (got '${GATTN_SIMD}')")
+endif()
+
+# -Wno-(maybe-)uninitialized: g++ 12 reports false positives inside avx512fintrin.h for xsimd/Eigen.
+target_compile_options(gattn_internal INTERFACE -Wall -Wextra -Werror
+  $<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized -Wno-maybe-uninitialized>)
+
+if(GATTN_OPENMP)
+  find_package(OpenMP)
+  if(OpenMP_CXX_FOUND)
+    target_link_libraries(gattn_internal INTERFACE OpenMP::OpenMP_CXX)
+  endif()
+endif()
+
+if(GATTN_SANITIZE)
+  target_compile_options(gattn_internal INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  target_link_options(gattn_internal INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,35 @@
+// libFuzzer target: arbitrary bytes as config text -> JSON -> the HF / gattn config dispatch.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gattn/core/error.hpp"
+#include "gattn/io/config_file.hpp"
+#include "gattn/io/hf_config.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    // The same steps as load_layer_config after reading the file.
+    const nlohmann::json j = gattn::io::detail::parse_json_text(text, "<fuzz>");
+    if (!j.is_object()) return 0;
+    (void)gattn::io::parse_layer_config(j);
+    if (j.contains("model_type")) {
+      // The layer-aware entry points read keys parse_hf_config(j) may not reach.
+      (void)gattn::io::first_attention_layer(j);
+      for (gattn::index layer = 0; layer < 6; ++layer) {
+        try {
+          (void)gattn::io::hf_layer_prefix(j, layer);
+          (void)gattn::io::parse_hf_config(j, layer);
+        } catch (const gattn::error&) {
+          // One refused layer says nothing about the next.
+        }
+      }
+    }
+  } catch (const gattn::error&) {
+    // Refusing bad input with a gattn error is the expected outcome; anything else is a bug.
+  }
+  return 0;
+}

@@ -1,0 +1,77 @@
+// One entry point for a layer config file: a Hugging Face config.json or a gattn config (SPEC §8, §9).
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gattn/io/gattn_config.hpp"
+#include "gattn/io/hf_config.hpp"
+#include "gattn/io/json_fields.hpp"
+
+namespace gattn::io {
+
+namespace detail {
+
+/// Deepest nesting a config may have. Real ones nest 3-5 levels; the limit exists because
+/// json::dump() (used by error messages) recurses, and a hostile file nested 10^5 levels deep would
+/// overflow the stack while the refusal is being written.
+inline constexpr std::size_t max_config_depth = 64;
+
+/// Iterative (so itself stack-safe) check that `j` nests at most `limit` levels.
+inline bool depth_at_most(const nlohmann::json& j, std::size_t limit) {
+  std::vector<std::pair<const nlohmann::json*, std::size_t>> todo{{&j, 1}};
+  while (!todo.empty()) {
+    const auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth >= limit) return false;
+    for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// Parses an already-read JSON document: `model_type` present → parse_hf_config, else parse_gattn_config.
+/// Throws config_error for a refused config, format_error for a document nested absurdly deep.
+inline layer_config parse_layer_config(const nlohmann::json& j) {
+  gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
+  gattn::detail::require<format_error>(detail::depth_at_most(j, detail::max_config_depth),
+                                       "config: JSON nested deeper than ", detail::max_config_depth, " levels");
+  // A null model_type still marks a Hugging Face file; parse_hf_config then names the bad key.
+  return j.contains("model_type") ? parse_hf_config(j) : parse_gattn_config(j);
+}
+
+/// Reads a layer config file and dispatches as parse_layer_config does.
+///
+/// Throws format_error naming `path` when the file cannot be read, is not JSON or is not a JSON
+/// object; config_error (prefixed with `path`) when its content is refused.
+inline layer_config load_layer_config(const std::string& path) {
+  std::error_code ec;
+  gattn::detail::require<format_error>(!std::filesystem::is_directory(path, ec), path,
+                                       ": is a directory, not a config file");
+  std::ifstream in(path, std::ios::binary);
+  gattn::detail::require<format_error>(bool(in), path, ": cannot open the config file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  gattn::detail::require<format_error>(!in.bad(), path, ": read error");
+  const nlohmann::json j = detail::parse_json_text(text.str(), path);
+  gattn::detail::require<format_error>(j.is_object(), path, ": a config file must hold a JSON object, got ",
+                                       j.type_name());
+  gattn::detail::require<format_error>(detail::depth_at_most(j, detail::max_config_depth), path,
+                                       ": JSON nested deeper than ", detail::max_config_depth, " levels");
+  try {
+    return parse_layer_config(j);
+  } catch (const config_error& e) {
+    // Keep the class (callers may catch config_error) and add which file was refused.
+    throw config_error(path + ": " + e.what());
+  }
+}
+
+}  // namespace gattn::io

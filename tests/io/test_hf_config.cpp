@@ -1,0 +1,637 @@
+// Tests for include/gattn/io/hf_config.hpp and config_file.hpp: HF configs map to the vectors' gattn
+// configs, the paper's qwen3 variants, every refusal, layer prefixes and the file dispatcher.
+#include "gattn/io/config_file.hpp"
+#include "gattn/io/hf_config.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gattn/io/safetensors.hpp"
+
+#ifndef GATTN_TEST_DATA
+#error "GATTN_TEST_DATA must be defined as the absolute path of tests/data"
+#endif
+
+namespace {
+
+using gattn::config_error;
+using gattn::format_error;
+using gattn::gqa_config;
+using gattn::layer_config;
+using gattn::mla_config;
+using gattn::io::parse_gattn_config;
+using gattn::io::parse_hf_config;
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+std::string data_path(const std::string& rel) { return std::string(GATTN_TEST_DATA) + "/" + rel; }
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  return json::parse(in);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field-by-field comparison, so a mismatch names the field rather than "configs differ".
+
+void expect_same(const gattn::gate_config& a, const gattn::gate_config& b) {
+  EXPECT_EQ(a.enabled, b.enabled) << "gate.enabled";
+  if (!a.enabled || !b.enabled) return;
+  EXPECT_EQ(a.position, b.position) << "gate.position";
+  EXPECT_EQ(a.granularity, b.granularity) << "gate.granularity";
+  EXPECT_EQ(a.shared, b.shared) << "gate.shared";
+  EXPECT_EQ(a.activation, b.activation) << "gate.activation";
+  EXPECT_EQ(a.combine, b.combine) << "gate.combine";
+  EXPECT_EQ(a.source, b.source) << "gate.source";
+  EXPECT_EQ(a.layout, b.layout) << "gate.layout";
+  EXPECT_EQ(a.rank, b.rank) << "gate.rank";
+}
+
+void expect_same(const gattn::rope_config& a, const gattn::rope_config& b) {
+  EXPECT_EQ(a.style, b.style) << "rope.style";
+  EXPECT_DOUBLE_EQ(a.theta, b.theta) << "rope.theta";
+  EXPECT_EQ(a.rotary_dim, b.rotary_dim) << "rope.rotary_dim";
+  const auto& s = a.scaling;
+  const auto& t = b.scaling;
+  EXPECT_EQ(s.yarn, t.yarn) << "rope.scaling.yarn";
+  if (!s.yarn || !t.yarn) return;
+  EXPECT_DOUBLE_EQ(s.factor, t.factor) << "rope.scaling.factor";
+  EXPECT_DOUBLE_EQ(s.original_max_position_embeddings, t.original_max_position_embeddings)
+      << "rope.scaling.original_max_position_embeddings";
+  EXPECT_DOUBLE_EQ(s.beta_fast, t.beta_fast) << "rope.scaling.beta_fast";
+  EXPECT_DOUBLE_EQ(s.beta_slow, t.beta_slow) << "rope.scaling.beta_slow";
+  EXPECT_DOUBLE_EQ(s.mscale, t.mscale) << "rope.scaling.mscale";
+  EXPECT_DOUBLE_EQ(s.mscale_all_dim, t.mscale_all_dim) << "rope.scaling.mscale_all_dim";
+  EXPECT_DOUBLE_EQ(s.attention_factor, t.attention_factor) << "rope.scaling.attention_factor";
+  EXPECT_EQ(s.truncate, t.truncate) << "rope.scaling.truncate";
+}
+
+void expect_same(const gqa_config& a, const gqa_config& b) {
+  EXPECT_EQ(a.hidden, b.hidden) << "hidden";
+  EXPECT_EQ(a.q_heads, b.q_heads) << "q_heads";
+  EXPECT_EQ(a.kv_heads, b.kv_heads) << "kv_heads";
+  EXPECT_EQ(a.head_dim, b.head_dim) << "head_dim";
+  EXPECT_EQ(a.qk_norm, b.qk_norm) << "qk_norm";
+  EXPECT_EQ(a.output_norm, b.output_norm) << "output_norm";
+  EXPECT_DOUBLE_EQ(a.rms_norm_eps, b.rms_norm_eps) << "rms_norm_eps";
+  EXPECT_DOUBLE_EQ(a.partial_rotary_factor, b.partial_rotary_factor) << "partial_rotary_factor";
+  expect_same(a.rope, b.rope);
+  EXPECT_EQ(a.causal, b.causal) << "causal";
+  EXPECT_DOUBLE_EQ(a.attention_scale, b.attention_scale) << "attention_scale";
+  EXPECT_DOUBLE_EQ(a.scale(), b.scale()) << "scale()";
+  expect_same(a.gate, b.gate);
+}
+
+void expect_same(const mla_config& a, const mla_config& b) {
+  EXPECT_EQ(a.hidden, b.hidden) << "hidden";
+  EXPECT_EQ(a.heads, b.heads) << "heads";
+  EXPECT_EQ(a.qk_nope_head_dim, b.qk_nope_head_dim) << "qk_nope_head_dim";
+  EXPECT_EQ(a.qk_rope_head_dim, b.qk_rope_head_dim) << "qk_rope_head_dim";
+  EXPECT_EQ(a.v_head_dim, b.v_head_dim) << "v_head_dim";
+  EXPECT_EQ(a.kv_lora_rank, b.kv_lora_rank) << "kv_lora_rank";
+  EXPECT_EQ(a.q_lora_rank, b.q_lora_rank) << "q_lora_rank";
+  EXPECT_DOUBLE_EQ(a.rms_norm_eps, b.rms_norm_eps) << "rms_norm_eps";
+  expect_same(a.rope, b.rope);
+  EXPECT_EQ(a.causal, b.causal) << "causal";
+  EXPECT_DOUBLE_EQ(a.attention_scale, b.attention_scale) << "attention_scale";
+  EXPECT_DOUBLE_EQ(a.scale(), b.scale()) << "scale()";
+  expect_same(a.gate, b.gate);
+}
+
+void expect_same(const layer_config& a, const layer_config& b) {
+  ASSERT_EQ(a.index(), b.index()) << "attention kind (gqa vs mla)";
+  if (const auto* g = std::get_if<gqa_config>(&a)) expect_same(*g, std::get<gqa_config>(b));
+  else expect_same(std::get<mla_config>(a), std::get<mla_config>(b));
+}
+
+/// The gattn config that refgen stored next to the HF checkpoint, and the prefix it used.
+struct hf_vector {
+  json hf;
+  layer_config expected;
+  std::string prefix;
+};
+
+hf_vector load_hf_vector(const std::string& name) {
+  const auto io = gattn::io::safetensors_file::open(data_path(name + "/io.safetensors"));
+  return {read_json(data_path(name + "/config.json")), parse_gattn_config(json::parse(io.metadata().at("gattn_config"))),
+          io.metadata().at("prefix")};
+}
+
+/// The config_error message parse_hf_config throws ("" and a failure when it accepts the config).
+std::string hf_error(const json& j) {
+  try {
+    parse_hf_config(j);
+  } catch (const config_error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected gattn::config_error, got: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "expected gattn::config_error, parse succeeded for " << j.dump();
+  return "";
+}
+
+// Small HF configs written the way the checkpoints write them.
+json qwen3_next_json() {
+  return {{"model_type", "qwen3_next"}, {"hidden_size", 64},           {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},   {"head_dim", 32},              {"rope_theta", 10000000.0},
+          {"rms_norm_eps", 1e-6},       {"full_attention_interval", 4}, {"num_hidden_layers", 8}};
+}
+
+json qwen3_json() {
+  return {{"architectures", {"Qwen3ForCausalLM"}},
+          {"model_type", "qwen3"},
+          {"hidden_size", 64},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 16},
+          {"rope_theta", 1000000.0},
+          {"rms_norm_eps", 1e-6},
+          {"num_hidden_layers", 4},
+          {"max_window_layers", 4},
+          {"use_sliding_window", false},
+          {"sliding_window", 4096},
+          {"attention_dropout", 0.0},
+          {"vocab_size", 151936},
+          {"tie_word_embeddings", true}};
+}
+
+json deepseek_json() {
+  return {{"model_type", "deepseek_v3"}, {"hidden_size", 64},      {"num_attention_heads", 4},
+          {"num_key_value_heads", 4},    {"q_lora_rank", 24},      {"kv_lora_rank", 32},
+          {"qk_nope_head_dim", 16},      {"qk_rope_head_dim", 8},  {"v_head_dim", 16},
+          {"rms_norm_eps", 1e-6},        {"rope_theta", 10000.0},  {"n_routed_experts", 256},
+          {"first_k_dense_replace", 3},  {"moe_intermediate_size", 2048}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference checkpoints: the HF config means exactly the gattn config refgen used.
+
+TEST(HfConfigVectors, Qwen3NextMatchesGattnConfig) {
+  const auto v = load_hf_vector("hf_qwen3_next");
+  expect_same(parse_hf_config(v.hf), v.expected);
+  expect_same(parse_hf_config(v.hf, 3), v.expected);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(v.hf, 3), v.prefix);
+  EXPECT_EQ(gattn::io::first_attention_layer(v.hf), 3);
+}
+
+TEST(HfConfigVectors, DeepseekV3GatedMatchesGattnConfig) {
+  const auto v = load_hf_vector("hf_deepseek_v3_gated");
+  const layer_config c = parse_hf_config(v.hf);
+  expect_same(c, v.expected);
+  // Spelled out: the softmax scale carries m(40, 1)^2 under YaRN.
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(std::get<mla_config>(c).attention_scale, m * m / std::sqrt(24.0), 1e-15);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(v.hf, 0), v.prefix);
+  EXPECT_EQ(gattn::io::first_attention_layer(v.hf), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// qwen3_next details
+
+TEST(HfConfigQwen3Next, DefaultsPartialRotaryAndHeadDim) {
+  json j = qwen3_next_json();
+  j.erase("head_dim");
+  j.erase("rope_theta");
+  j.erase("rms_norm_eps");
+  const auto c = std::get<gqa_config>(parse_hf_config(j));
+  EXPECT_EQ(c.head_dim, 16);                  // hidden / heads
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
+  EXPECT_EQ(c.rope.rotary_dim, 4);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope.style, gattn::rope_style::neox);
+  EXPECT_EQ(c.qk_norm, gattn::norm_kind::rms_zero_centered);
+  EXPECT_EQ(c.gate.source, gattn::gate_source::fused_q);
+  EXPECT_EQ(c.gate.layout, gattn::fused_layout::per_head);
+  EXPECT_DOUBLE_EQ(c.scale(), 0.25);
+}
+
+TEST(HfConfigQwen3Next, RopeParametersCarryThetaAndYarn) {
+  json j = qwen3_next_json();
+  j.erase("rope_theta");
+  j["max_position_embeddings"] = 131072;
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e6}, {"factor", 4.0}};
+  const auto c = std::get<gqa_config>(parse_hf_config(j));
+  EXPECT_DOUBLE_EQ(c.rope.theta, 5e6);
+  EXPECT_TRUE(c.rope.scaling.yarn);
+  EXPECT_DOUBLE_EQ(c.rope.scaling.factor, 4.0);
+  // HF falls back to max_position_embeddings when YaRN has no original length.
+  EXPECT_DOUBLE_EQ(c.rope.scaling.original_max_position_embeddings, 131072.0);
+  EXPECT_DOUBLE_EQ(c.attention_scale, 0.0);  // GQA: YaRN acts through cos/sin only
+
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};
+  EXPECT_FALSE(std::get<gqa_config>(parse_hf_config(j)).rope.scaling.yarn);
+}
+
+TEST(HfConfigQwen3Next, NestedRopeParametersUseFullAttention) {
+  json j = qwen3_next_json();
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+  EXPECT_THAT(hf_error(j), HasSubstr("linear"));
+}
+
+TEST(HfConfigQwen3Next, AttentionBiasAndIgnoredKeys) {
+  json j = qwen3_next_json();
+  j["attention_bias"] = true;
+  j["attention_dropout"] = 0.1;  // inference: no dropout
+  j["num_experts"] = 512;
+  j["linear_num_value_heads"] = 32;
+  j["tie_word_embeddings"] = false;
+  expect_same(parse_hf_config(j), parse_hf_config(qwen3_next_json()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The paper's release (model_type qwen3 with a gate key) and plain qwen3
+
+TEST(HfConfigPaper, HeadwiseGate) {
+  json j = qwen3_json();
+  j["headwise_attn_output_gate"] = true;
+  j["elementwise_attn_output_gate"] = false;
+  j["qkv_bias"] = true;
+  const layer_config c = parse_hf_config(j);
+  const layer_config expected = parse_gattn_config(json{
+      {"attention", "gqa"}, {"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+      {"head_dim", 16}, {"qk_norm", "rms"}, {"rope_theta", 1000000.0}, {"partial_rotary_factor", 1.0},
+      {"gate", {{"position", "G1"}, {"granularity", "headwise"}, {"source", "fused_q"}, {"layout", "per_kv_group"}}}});
+  expect_same(c, expected);
+}
+
+TEST(HfConfigPaper, ElementwiseGateWithoutQkNorm) {
+  json j = qwen3_json();
+  j["elementwise_attn_output_gate"] = true;
+  j["use_qk_norm"] = false;
+  const auto c = std::get<gqa_config>(parse_hf_config(j));
+  EXPECT_TRUE(c.gate.enabled);
+  EXPECT_EQ(c.gate.granularity, gattn::granularity::elementwise);
+  EXPECT_EQ(c.gate.source, gattn::gate_source::fused_q);
+  EXPECT_EQ(c.gate.layout, gattn::fused_layout::per_kv_group);
+  EXPECT_EQ(c.gate.activation, gattn::activation::sigmoid);
+  EXPECT_EQ(c.qk_norm, gattn::norm_kind::none);
+}
+
+TEST(HfConfigPaper, PlainQwen3IsUngatedWithRmsQkNorm) {
+  const auto c = std::get<gqa_config>(parse_hf_config(qwen3_json()));
+  EXPECT_FALSE(c.gate.enabled);
+  EXPECT_EQ(c.qk_norm, gattn::norm_kind::rms);
+  EXPECT_EQ(c.rope.rotary_dim, 16);  // qwen3: full rotary
+  EXPECT_EQ(c.kv_heads, 2);
+}
+
+TEST(HfConfigPaper, BothGatesRefused) {
+  json j = qwen3_json();
+  j["headwise_attn_output_gate"] = true;
+  j["elementwise_attn_output_gate"] = true;
+  const std::string m = hf_error(j);
+  EXPECT_THAT(m, HasSubstr("headwise_attn_output_gate"));
+  EXPECT_THAT(m, HasSubstr("elementwise_attn_output_gate"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The MLA family
+
+TEST(HfConfigMla, NullQLoraRankAndDefaults) {
+  json j = deepseek_json();
+  j["q_lora_rank"] = nullptr;
+  j["num_key_value_heads"] = 1;  // meaningless for MLA: ignored
+  const auto c = std::get<mla_config>(parse_hf_config(j));
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_EQ(c.heads, 4);
+  EXPECT_EQ(c.rope.style, gattn::rope_style::interleaved);
+  EXPECT_EQ(c.rope.rotary_dim, 8);
+  EXPECT_FALSE(c.gate.enabled);
+  EXPECT_DOUBLE_EQ(c.attention_scale, 0.0);
+  EXPECT_DOUBLE_EQ(c.scale(), 1.0 / std::sqrt(24.0));
+}
+
+TEST(HfConfigMla, MissingQLoraRankRefused) {
+  json j = deepseek_json();
+  j.erase("q_lora_rank");
+  EXPECT_THAT(hf_error(j), HasSubstr("q_lora_rank"));
+}
+
+TEST(HfConfigMla, RopeInterleaveFalseIsNeox) {
+  json j = deepseek_json();
+  j["rope_interleave"] = false;
+  EXPECT_EQ(std::get<mla_config>(parse_hf_config(j)).rope.style, gattn::rope_style::neox);
+}
+
+TEST(HfConfigMla, KimiK3GateAndNope) {
+  for (const char* type : {"kimi_k3", "kimi_k2", "deepseek_v2"}) {
+    json j = deepseek_json();
+    j["model_type"] = type;
+    j["mla_use_output_gate"] = true;
+    j["mla_use_nope"] = true;
+    const auto c = std::get<mla_config>(parse_hf_config(j));
+    EXPECT_EQ(c.rope.style, gattn::rope_style::none) << type;
+    EXPECT_EQ(c.rope.rotary_dim, 8) << type;  // channels kept, just not rotated
+    EXPECT_TRUE(c.gate.enabled) << type;
+    EXPECT_EQ(c.gate.source, gattn::gate_source::separate) << type;
+    EXPECT_EQ(c.gate.granularity, gattn::granularity::elementwise) << type;
+    EXPECT_EQ(c.gate.position, gattn::gate_position::g1) << type;
+  }
+}
+
+TEST(HfConfigMla, ZeroRopeHeadDim) {
+  json j = deepseek_json();
+  j["qk_rope_head_dim"] = 0;
+  const auto c = std::get<mla_config>(parse_hf_config(j));
+  EXPECT_EQ(c.qk_rope_head_dim, 0);
+  EXPECT_EQ(c.rope.rotary_dim, 0);
+}
+
+TEST(HfConfigMla, YarnWithoutMscaleAllDimKeepsDefaultScale) {
+  json j = deepseek_json();
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096}};
+  const auto c = std::get<mla_config>(parse_hf_config(j));
+  EXPECT_TRUE(c.rope.scaling.yarn);
+  EXPECT_DOUBLE_EQ(c.attention_scale, 0.0);
+  j["rope_scaling"]["mscale_all_dim"] = 0.707;  // DeepSeek-V2-Lite's value
+  const double m = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(std::get<mla_config>(parse_hf_config(j)).attention_scale, m * m / std::sqrt(24.0), 1e-15);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Refusals: each names the key
+
+TEST(HfConfigRefusal, OtherRopeTypes) {
+  for (const char* type : {"linear", "dynamic", "llama3", "longrope"}) {
+    json j = qwen3_json();
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 2.0}};
+    std::string m = hf_error(j);
+    EXPECT_THAT(m, HasSubstr("rope_scaling")) << type;
+    EXPECT_THAT(m, HasSubstr(type));
+    json k = deepseek_json();
+    k["rope_parameters"] = {{"rope_type", type}, {"factor", 2.0}, {"rope_theta", 10000.0}};
+    m = hf_error(k);
+    EXPECT_THAT(m, HasSubstr("rope_parameters")) << type;
+    EXPECT_THAT(m, HasSubstr(type));
+  }
+}
+
+TEST(HfConfigRefusal, DisagreeingRopeTheta) {
+  json j = qwen3_next_json();
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  EXPECT_THAT(hf_error(j), HasSubstr("rope_theta"));
+}
+
+TEST(HfConfigRefusal, Qwen3SlidingWindowInUse) {
+  json j = qwen3_json();
+  j["use_sliding_window"] = true;
+  j["max_window_layers"] = 2;  // layers 2 and 3 of 4 use the window
+  EXPECT_THAT(hf_error(j), HasSubstr("sliding_window"));
+  // Layer by layer: below max_window_layers is full attention, from it on the window applies.
+  EXPECT_NO_THROW(parse_hf_config(j, 1));
+  EXPECT_THROW(parse_hf_config(j, 2), config_error);
+  // A window switched on but applied to no layer changes nothing.
+  j["max_window_layers"] = 4;
+  EXPECT_NO_THROW(parse_hf_config(j));
+  // layer_types decides when given.
+  j["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+  EXPECT_THAT(hf_error(j), HasSubstr("sliding_window"));
+  EXPECT_NO_THROW(parse_hf_config(j, 0));
+  EXPECT_THROW(parse_hf_config(j, 1), config_error);
+  // Without the switch, sliding_window (stock configs carry a number) is unused.
+  j["use_sliding_window"] = false;
+  EXPECT_NO_THROW(parse_hf_config(j));
+  // A window with null size is no window.
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = nullptr;
+  EXPECT_NO_THROW(parse_hf_config(j));
+}
+
+TEST(HfConfigRefusal, SlidingWindowWithoutASwitch) {
+  json j = qwen3_next_json();
+  j["sliding_window"] = 4096;
+  EXPECT_THAT(hf_error(j), HasSubstr("sliding_window"));
+  json k = deepseek_json();
+  k["use_sliding_window"] = true;
+  EXPECT_THAT(hf_error(k), HasSubstr("use_sliding_window"));
+  k["use_sliding_window"] = false;
+  k["sliding_window"] = nullptr;  // null means absent
+  EXPECT_NO_THROW(parse_hf_config(k));
+}
+
+TEST(HfConfigRefusal, UnknownModelTypeListsSupported) {
+  json j = qwen3_json();
+  j["model_type"] = "llama";
+  const std::string m = hf_error(j);
+  EXPECT_THAT(m, HasSubstr("model_type"));
+  EXPECT_THAT(m, HasSubstr("llama"));
+  EXPECT_THAT(m, HasSubstr("qwen3_next"));
+  EXPECT_THAT(m, HasSubstr("deepseek_v3"));
+  EXPECT_THAT(m, HasSubstr("kimi_k3"));
+  j["model_type"] = 3;
+  EXPECT_THAT(hf_error(j), HasSubstr("model_type"));
+  j.erase("model_type");
+  EXPECT_THAT(hf_error(j), HasSubstr("model_type"));
+  EXPECT_THAT(hf_error(json::array()), HasSubstr("object"));
+}
+
+TEST(HfConfigRefusal, ForeignFamilySwitches) {
+  for (const json& base : {qwen3_next_json(), qwen3_json()}) {
+    for (const char* key : {"mla_use_output_gate", "mla_use_nope"}) {
+      json j = base;
+      j[key] = true;
+      EXPECT_THAT(hf_error(j), HasSubstr(key));
+      j[key] = false;  // switched off: harmless
+      EXPECT_NO_THROW(parse_hf_config(j));
+    }
+  }
+  for (const json& base : {qwen3_next_json(), deepseek_json()}) {
+    for (const char* key : {"headwise_attn_output_gate", "elementwise_attn_output_gate"}) {
+      json j = base;
+      j[key] = true;
+      EXPECT_THAT(hf_error(j), HasSubstr(key));
+    }
+  }
+}
+
+TEST(HfConfigRefusal, WrongTypesNameTheKey) {
+  const struct {
+    json base;
+    const char* key;
+    json value;
+  } cases[] = {
+      {qwen3_next_json(), "hidden_size", "64"},
+      {qwen3_next_json(), "head_dim", 32.5},
+      {qwen3_next_json(), "partial_rotary_factor", "0.25"},
+      {qwen3_next_json(), "rope_theta", json::array()},
+      {qwen3_next_json(), "attention_bias", "no"},
+      {qwen3_next_json(), "full_attention_interval", "4"},
+      {qwen3_next_json(), "layer_types", "full_attention"},
+      {qwen3_next_json(), "rope_parameters", 5},
+      {qwen3_json(), "use_qk_norm", 1},
+      {qwen3_json(), "qkv_bias", "true"},
+      {qwen3_json(), "headwise_attn_output_gate", 1},
+      {qwen3_json(), "use_sliding_window", "yes"},
+      {qwen3_json(), "rope_scaling", "yarn"},
+      {deepseek_json(), "rope_interleave", "yes"},
+      {deepseek_json(), "q_lora_rank", "24"},
+      {deepseek_json(), "kv_lora_rank", true},
+      {deepseek_json(), "mla_use_output_gate", 1},
+      {deepseek_json(), "rms_norm_eps", "1e-6"},
+  };
+  for (const auto& c : cases) {
+    json j = c.base;
+    j[c.key] = c.value;
+    EXPECT_THAT(hf_error(j), HasSubstr(c.key)) << j.dump();
+  }
+}
+
+TEST(HfConfigRefusal, InvalidValuesAreValidated) {
+  json j = qwen3_next_json();
+  j["num_key_value_heads"] = 3;  // 4 % 3 != 0
+  EXPECT_THAT(hf_error(j), HasSubstr("num_key_value_heads"));
+  j = qwen3_next_json();
+  j["partial_rotary_factor"] = 0.3;  // 32 * 0.3 is not an even integer
+  EXPECT_THAT(hf_error(j), HasSubstr("partial_rotary_factor"));
+  j = qwen3_next_json();
+  j.erase("head_dim");
+  j["num_attention_heads"] = 0;
+  EXPECT_THAT(hf_error(j), HasSubstr("num_attention_heads"));
+  j = deepseek_json();
+  j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};
+  EXPECT_THAT(hf_error(j), HasSubstr("factor"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layers and prefixes
+
+TEST(HfConfigLayers, Qwen3NextPrefixOnlyForFullAttention) {
+  const json j = read_json(data_path("hf_qwen3_next/config.json"));
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 3), "model.layers.3.self_attn.");
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 7), "model.layers.7.self_attn.");
+  try {
+    gattn::io::hf_layer_prefix(j, 2);
+    ADD_FAILURE() << "layer 2 accepted";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("layer 2"));
+    EXPECT_THAT(e.what(), HasSubstr("Gated DeltaNet"));
+    EXPECT_THAT(e.what(), HasSubstr("full_attention_interval"));
+  }
+  EXPECT_THROW(parse_hf_config(j, 2), config_error);
+  EXPECT_THROW(gattn::io::hf_layer_prefix(j, 11), config_error);  // num_hidden_layers = 8
+  EXPECT_THROW(gattn::io::hf_layer_prefix(j, -1), config_error);
+}
+
+TEST(HfConfigLayers, LayerTypesAndIntervalDecide) {
+  json j = qwen3_next_json();
+  j["full_attention_interval"] = 2;
+  EXPECT_EQ(gattn::io::first_attention_layer(j), 1);
+  EXPECT_THROW(gattn::io::hf_layer_prefix(j, 0), config_error);
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
+                      "full_attention", "linear_attention", "linear_attention", "linear_attention"};
+  EXPECT_EQ(gattn::io::first_attention_layer(j), 0);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 4), "model.layers.4.self_attn.");
+  EXPECT_THAT([&] {
+    try {
+      gattn::io::hf_layer_prefix(j, 1);
+    } catch (const config_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }(), HasSubstr("layer_types"));
+  EXPECT_EQ(gattn::io::hf_layer_prefix(deepseek_json(), 5), "model.layers.5.self_attn.");
+  EXPECT_EQ(gattn::io::first_attention_layer(qwen3_json()), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The file dispatcher
+
+/// A scratch file removed at scope exit.
+struct temp_file {
+  std::string path;
+  explicit temp_file(const std::string& text) {
+    path = (std::filesystem::temp_directory_path() /
+            ("gattn_hf_config_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) + ".json"))
+               .string();
+    std::ofstream(path) << text;
+  }
+  ~temp_file() { std::remove(path.c_str()); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+TEST(HfConfigFile, DispatchesOnModelType) {
+  const std::string gattn_file = data_path("gqa_plain.config.json");
+  expect_same(gattn::io::load_layer_config(gattn_file), parse_gattn_config(read_json(gattn_file)));
+  const auto v = load_hf_vector("hf_qwen3_next");
+  expect_same(gattn::io::load_layer_config(data_path("hf_qwen3_next/config.json")), v.expected);
+  const auto w = load_hf_vector("hf_deepseek_v3_gated");
+  expect_same(gattn::io::load_layer_config(data_path("hf_deepseek_v3_gated/config.json")), w.expected);
+}
+
+TEST(HfConfigFile, UnreadableOrMalformedIsFormatError) {
+  const std::string missing = data_path("no_such_config.json");
+  EXPECT_THAT([&] {
+    try {
+      gattn::io::load_layer_config(missing);
+    } catch (const format_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }(), HasSubstr(missing));
+  for (const char* text : {"{\"model_type\": ", "[1, 2]", "", "\"qwen3\""}) {
+    const temp_file f(text);
+    try {
+      gattn::io::load_layer_config(f.path);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const format_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(f.path)) << text;
+    }
+  }
+  EXPECT_THROW(gattn::io::load_layer_config(GATTN_TEST_DATA), format_error);  // a directory
+}
+
+TEST(HfConfigFile, DeepNestingRefusedWithoutRecursion) {
+  // Error messages dump offending values, and json::dump() recurses: the dispatcher refuses depth first.
+  constexpr int depth = 100000;
+  const temp_file f("{\"model_type\": \"qwen3\", \"hidden_size\": " + std::string(depth, '[') +
+                    std::string(depth, ']') + "}");
+  try {
+    gattn::io::load_layer_config(f.path);
+    ADD_FAILURE() << "accepted";
+  } catch (const format_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(f.path));
+    EXPECT_THAT(e.what(), HasSubstr("nested"));
+  }
+  EXPECT_THROW(gattn::io::parse_layer_config(json::array()), config_error);  // not an object
+  json deep = {{"attention", "gqa"}};
+  json* at = &deep["extra"];
+  for (int i = 0; i < 100; ++i) at = &(*at)["x"];
+  EXPECT_THROW(gattn::io::parse_layer_config(deep), format_error);
+}
+
+TEST(HfConfigFile, RefusedContentNamesFileAndKey) {
+  const temp_file f(R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+                        "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}})");
+  try {
+    gattn::io::load_layer_config(f.path);
+    ADD_FAILURE() << "accepted";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(f.path));
+    EXPECT_THAT(e.what(), HasSubstr("rope_scaling"));
+  }
+  const temp_file g(R"({"attention": "gqa", "hidden_size": 64, "num_attention_heads": 4, "head_dim": "16"})");
+  try {
+    gattn::io::load_layer_config(g.path);
+    ADD_FAILURE() << "accepted";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr(g.path));
+    EXPECT_THAT(e.what(), HasSubstr("head_dim"));
+  }
+}
+
+}  // namespace
