@@ -19,7 +19,7 @@ using nlohmann::json;
 inline std::string short_text(const json& v) {
   if (v.is_object()) return "an object";
   if (v.is_array()) return "an array";
-  std::string s = short_text(v);
+  std::string s = v.dump();  // a scalar: no recursion
   return s.size() > 64 ? s.substr(0, 61) + "..." : s;
 }
 
