@@ -1,0 +1,84 @@
+// The gattn config JSON (SPEC §9): defaults, every vector config, and refusals that name the key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gattn/io/gattn_config.hpp"
+
+namespace {
+
+using gattn::io::parse_gattn_config;
+using nlohmann::json;
+
+gattn::gqa_config gqa(const std::string& text) { return std::get<gattn::gqa_config>(parse_gattn_config(json::parse(text))); }
+
+TEST(GattnConfig, DefaultsFollowSpec) {
+  const auto c = gqa(R"({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})");
+  EXPECT_EQ(c.qk_norm, gattn::norm_kind::none);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope.theta, 10000.0);
+  EXPECT_EQ(c.rope.rotary_dim, 16);
+  EXPECT_EQ(c.rope.style, gattn::rope_style::neox);
+  EXPECT_TRUE(c.causal);
+  EXPECT_FALSE(c.gate.enabled);
+  EXPECT_DOUBLE_EQ(c.scale(), 0.25);
+  const auto g = gqa(R"({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                         "gate": {"position": "G1", "granularity": "headwise"}})");
+  EXPECT_TRUE(g.gate.enabled);
+  EXPECT_EQ(g.gate.activation, gattn::activation::sigmoid);
+  EXPECT_EQ(g.gate.combine, gattn::combine::mul);
+  EXPECT_EQ(g.gate.source, gattn::gate_source::separate);
+  EXPECT_EQ(g.gate.layout, gattn::fused_layout::per_head);
+  EXPECT_FALSE(g.gate.shared);
+  const auto m = std::get<gattn::mla_config>(parse_gattn_config(json::parse(
+      R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16,
+          "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32})")));
+  EXPECT_EQ(m.rope.style, gattn::rope_style::interleaved);
+  EXPECT_EQ(m.q_lora_rank, 0);
+  EXPECT_DOUBLE_EQ(m.scale(), 1.0 / std::sqrt(24.0));
+}
+
+struct refusal {
+  const char* json_text;
+  const char* names;
+};
+
+class GattnConfigRefusal : public ::testing::TestWithParam<refusal> {};
+
+TEST_P(GattnConfigRefusal, NamesTheKey) {
+  try {
+    parse_gattn_config(json::parse(GetParam().json_text));
+    FAIL() << "accepted: " << GetParam().json_text;
+  } catch (const gattn::config_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(GetParam().names));
+  }
+}
+
+#define GQA_BASE R"("hidden_size": 64, "num_attention_heads": 4, "head_dim": 16)"
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GattnConfigRefusal,
+    ::testing::Values(refusal{R"({"hidden_size": 64, "num_attention_heads": 3, "num_key_value_heads": 2, "head_dim": 16})", "num_key_value_heads"},
+                      refusal{R"({"num_attention_heads": 4, "head_dim": 16})", "hidden_size"},
+                      refusal{R"({"hidden_size": "64", "num_attention_heads": 4, "head_dim": 16})", "hidden_size"},
+                      refusal{R"({"hidden_size": 64.5, "num_attention_heads": 4, "head_dim": 16})", "hidden_size"},
+                      refusal{R"({)" GQA_BASE R"(, "partial_rotary_factor": 0.3})", "partial_rotary_factor"},
+                      refusal{R"({)" GQA_BASE R"(, "qk_norm": "layer"})", "qk_norm"},
+                      refusal{R"({)" GQA_BASE R"(, "rope_style": "spiral"})", "rope_style"},
+                      refusal{R"({)" GQA_BASE R"(, "rope_scaling": {"type": "linear", "factor": 2}})", "linear"},
+                      refusal{R"({)" GQA_BASE R"(, "rope_scaling": {"type": "yarn"}})", "factor"},
+                      refusal{R"({)" GQA_BASE R"(, "sliding_window": 128})", "sliding_window"},
+                      refusal{R"({)" GQA_BASE R"(, "attention": "linear"})", "attention"},
+                      refusal{R"({)" GQA_BASE R"(, "attention_scale": -1})", "attention_scale"},
+                      refusal{R"({)" GQA_BASE R"(, "causal": "yes"})", "causal"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"granularity": "headwise"}})", "position"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G6", "granularity": "headwise"}})", "position"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1"}})", "granularity"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "channel"}})", "granularity"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "activation": "tanh"}})", "activation"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "combine": "max"}})", "combine"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G2", "granularity": "headwise", "source": "fused_q"}})", "fused_q"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "source": "low_rank"}})", "rank"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "layout": "rows"}})", "layout"},
+                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 7, "v_head_dim": 16, "kv_lora_rank": 32})", "qk_rope_head_dim"},
+                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "gate": {"position": "G2", "granularity": "headwise"}})", "G1"}));
+
+}  // namespace
