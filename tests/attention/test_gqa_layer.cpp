@@ -88,7 +88,7 @@ std::vector<layer_case> all_cases() {
   std::vector<layer_case> out;
   for (const auto& v : test::gqa_case_names())
     for (feeding f : {feeding::forward, feeding::prefill, feeding::chunks_of_5, feeding::decode_from_4, feeding::decode_all})
-      for (sdpa_backend b : {sdpa_backend::kernel, sdpa_backend::reference})
+      for (sdpa_backend b : {sdpa_backend::kernel, sdpa_backend::reference, sdpa_backend::unfused})
         if (b == sdpa_backend::kernel || f == feeding::forward || f == feeding::decode_from_4) out.push_back({v, b, f});
   return out;
 }

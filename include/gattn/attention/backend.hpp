@@ -4,30 +4,18 @@
 #include <cmath>
 #include <vector>
 
+#include "gattn/attention/epilogue.hpp"
+#include "gattn/attention/unfused_sdpa.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
-#include "gattn/kernel/vector_ops.hpp"
 #include "gattn/reference/sdpa.hpp"
 
 namespace gattn {
 
-enum class sdpa_backend { kernel, reference };
+/// kernel: the fused kernel; reference: the double-precision oracle; unfused: the Eigen baseline.
+enum class sdpa_backend { kernel, reference, unfused };
 
-inline const char* to_string(sdpa_backend b) { return b == sdpa_backend::kernel ? "kernel" : "reference"; }
-
-/// The kernel's epilogue (output norm, then gate) applied to an already computed output.
-inline void apply_sdpa_epilogue(const sdpa_params& p, const sdpa_epilogue& e) {
-  for (index t = 0; t < p.t_q; ++t)
-    for (index h = 0; h < p.q_heads; ++h) {
-      float* o = p.out + t * p.out_token_stride + h * p.out_head_stride;
-      if (e.out_norm != norm_kind::none)
-        rms_norm(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm == norm_kind::rms_zero_centered);
-      if (!e.gate_scores) continue;
-      const float* u = e.gate_scores + t * e.gate_token_stride + h * e.gate_head_stride;
-      if (e.gate_headwise)
-        apply_gate_scalar(o, p.d_v, u[0], e.gate_activation, e.gate_combine);
-      else
-        apply_gate(o, u, p.d_v, e.gate_activation, e.gate_combine);
-    }
+inline const char* to_string(sdpa_backend b) {
+  return b == sdpa_backend::kernel ? "kernel" : b == sdpa_backend::reference ? "reference" : "unfused";
 }
 
 /// Runs `p` on the chosen backend. The reference path gathers the strided views into dense
@@ -35,6 +23,10 @@ inline void apply_sdpa_epilogue(const sdpa_params& p, const sdpa_epilogue& e) {
 inline void run_sdpa(const sdpa_params& p, sdpa_backend backend) {
   if (backend == sdpa_backend::kernel) {
     fused_sdpa(p);
+    return;
+  }
+  if (backend == sdpa_backend::unfused) {
+    unfused_sdpa(p);
     return;
   }
   const reference::sdpa_shape s{p.t_q, p.t_k, p.q_heads, p.kv_heads, p.d_qk, p.d_v, double(p.scale), p.causal};

@@ -60,6 +60,11 @@ class kv_cache {
   }
   /// Forgets every token (keeps the memory).
   void clear() { size_ = 0; }
+  /// Keeps the first `n` tokens and forgets the rest (e.g. rejected speculative tokens).
+  void truncate(index n) {
+    detail::require<cache_error>(n >= 0 && n <= size_, "kv_cache: cannot truncate to ", n, " tokens, it holds ", size_);
+    size_ = n;
+  }
 
   layer_workspace& workspace() { return workspace_; }
 

@@ -1,0 +1,192 @@
+// Whole-layer benchmarks (BENCH.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
+// and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
+// unfused (elementwise gate, the Eigen baseline SDPA); and the MLA layer, layer/MLAP (prefill
+// T = 2048, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/attention/gqa_layer.hpp"
+#include "gattn/attention/mla_layer.hpp"
+
+namespace {
+
+using gattn::index;
+
+std::vector<float> normal(index n, float scale, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& e : v) e = nd(g);
+  return v;
+}
+
+/// Qwen3-Next full attention: d 2048, H_q 16, H_kv 2, D 256, partial RoPE 0.25, fused_q gate.
+gattn::gqa_config qwen3_next(const std::string& variant) {
+  gattn::gqa_config c;
+  c.hidden = 2048;
+  c.q_heads = 16;
+  c.kv_heads = 2;
+  c.head_dim = 256;
+  c.qk_norm = gattn::norm_kind::rms_zero_centered;
+  c.partial_rotary_factor = 0.25;
+  c.rope.theta = 1e7;
+  c.rope.rotary_dim = 64;
+  if (variant != "plain") {
+    c.gate.enabled = true;
+    c.gate.source = gattn::gate_source::fused_q;
+    c.gate.granularity = variant == "g1_headwise" ? gattn::granularity::headwise : gattn::granularity::elementwise;
+  }
+  return c;
+}
+
+gattn::weight_map qwen3_next_weights(const gattn::gqa_config& c) {
+  const index d = c.hidden, D = c.head_dim;
+  const index per = !c.gate.enabled ? 0 : c.gate.granularity == gattn::granularity::elementwise ? D : 1;
+  gattn::weight_map w;
+  const float s = 1.0f / std::sqrt(float(d));
+  w.set("q_proj.weight", {c.q_heads * (D + per), d}, normal(c.q_heads * (D + per) * d, s, 1));
+  w.set("k_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 2));
+  w.set("v_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 3));
+  w.set("o_proj.weight", {d, c.q_heads * D}, normal(d * c.q_heads * D, 1.0f / std::sqrt(float(c.q_heads * D)), 4));
+  w.set("q_norm.weight", {D}, normal(D, 0.1f, 5));
+  w.set("k_norm.weight", {D}, normal(D, 0.1f, 6));
+  return w;
+}
+
+/// Projection + attention FLOPs of one call (2 per multiply-add; causal attention counts half).
+double gqa_flops(const gattn::gqa_config& c, index t_q, index t_k, index n_cols) {
+  const double proj = 2.0 * double(t_q) * double(c.hidden) * double(n_cols + c.q_heads * c.head_dim);
+  const double pairs = double(t_q) * (double(t_k) - 0.5 * double(t_q - 1));
+  return proj + 4.0 * pairs * double(c.head_dim) * double(c.q_heads);
+}
+
+void set_threads(int threads) {
+#ifdef _OPENMP
+  omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
+
+void bm_gqa_layer(benchmark::State& st, std::string variant, bool decode, int threads) {
+  set_threads(threads);
+  const auto cfg = qwen3_next(variant);
+  gattn::gqa_layer layer(cfg, qwen3_next_weights(cfg));
+  if (variant == "unfused") layer.set_backend(gattn::sdpa_backend::unfused);
+  const index d = cfg.hidden, T = decode ? 1 : 2048, cached = decode ? 8192 : 0;
+  gattn::kv_cache cache(cfg, cached + T);
+  if (decode) {  // a full cache of random K/V rows (already normed and roped: values do not matter)
+    const auto kv = normal(cache.key_width(), 1.0f, 7);
+    for (index t = 0; t < cached; ++t) {
+      std::copy(kv.begin(), kv.end(), cache.key(t));
+      std::copy(kv.begin(), kv.end(), cache.value(t));
+    }
+    cache.commit(cached);
+  }
+  const auto x = normal(T * d, 1.0f, 8);
+  std::vector<float> y(x.size());
+  for (auto _ : st) {
+    cache.truncate(cached);
+    layer.prefill({x.data(), T, d, d}, cache, {y.data(), T, d, d});
+    benchmark::DoNotOptimize(y.data());
+  }
+  const index per = !cfg.gate.enabled ? 0 : cfg.gate.granularity == gattn::granularity::elementwise ? 256 : 1;
+  const index n_cols = cfg.q_heads * (256 + per) + 2 * cfg.kv_heads * 256;
+  const double flops = gqa_flops(cfg, T, cached + T, n_cols);
+  st.counters["GFLOPS"] = benchmark::Counter(flops * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+  if (decode) {
+    const double bytes = 4.0 * (double(n_cols + cfg.q_heads * 256) * double(d) + 2.0 * double(cached) * double(cache.key_width()));
+    st.counters["GBps"] = benchmark::Counter(bytes * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+  }
+}
+
+/// DeepSeek-V3 attention shape at d 2048: H 16, q_lora 1536, d_c 512, d_rope 64, d_nope 128, d_v 128.
+gattn::mla_config deepseek(bool gated) {
+  gattn::mla_config c;
+  c.hidden = 2048;
+  c.heads = 16;
+  c.q_lora_rank = 1536;
+  c.kv_lora_rank = 512;
+  c.qk_rope_head_dim = 64;
+  c.qk_nope_head_dim = 128;
+  c.v_head_dim = 128;
+  c.rope.style = gattn::rope_style::interleaved;
+  c.rope.rotary_dim = 64;
+  c.gate.enabled = gated;
+  return c;
+}
+
+gattn::weight_map deepseek_weights(const gattn::mla_config& c) {
+  gattn::weight_map w;
+  const index d = c.hidden, H = c.heads, qk = c.qk_head_dim();
+  auto lin = [&](const char* name, index out, index in, unsigned seed) {
+    w.set(name, {out, in}, normal(out * in, 1.0f / std::sqrt(float(in)), seed));
+  };
+  lin("q_a_proj.weight", c.q_lora_rank, d, 1);
+  w.set("q_a_layernorm.weight", {c.q_lora_rank}, std::vector<float>(std::size_t(c.q_lora_rank), 1.0f));
+  lin("q_b_proj.weight", H * qk, c.q_lora_rank, 2);
+  lin("kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, d, 3);
+  w.set("kv_a_layernorm.weight", {c.kv_lora_rank}, std::vector<float>(std::size_t(c.kv_lora_rank), 1.0f));
+  lin("kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, 4);
+  lin("o_proj.weight", d, H * c.v_head_dim, 5);
+  if (c.gate.enabled) lin("g_proj.weight", H * c.v_head_dim, d, 6);
+  return w;
+}
+
+void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool decode, int threads) {
+  set_threads(threads);
+  const auto cfg = deepseek(gated);
+  gattn::mla_layer layer(cfg, deepseek_weights(cfg));
+  layer.set_form(form);
+  const index d = cfg.hidden, T = decode ? 1 : 2048, cached = decode ? 8192 : 0;
+  gattn::kv_cache cache(cfg, cached + T);
+  if (decode) {
+    const auto row = normal(cache.key_width(), 1.0f, 7);
+    for (index t = 0; t < cached; ++t) std::copy(row.begin(), row.end(), cache.key(t));
+    cache.commit(cached);
+  }
+  const auto x = normal(T * d, 1.0f, 8);
+  std::vector<float> y(x.size());
+  for (auto _ : st) {
+    cache.truncate(cached);
+    layer.prefill({x.data(), T, d, d}, cache, {y.data(), T, d, d});
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetLabel(gattn::to_string(layer.choose_form(T, cached + T)));
+  st.counters["tokens_per_s"] = benchmark::Counter(double(T) * double(st.iterations()), benchmark::Counter::kIsRate);
+}
+
+int register_layers() {
+  for (int t : {1, 2}) {
+    const std::string ts = "/t:" + std::to_string(t);
+    for (const char* v : {"plain", "g1_elementwise", "g1_headwise", "unfused"}) {
+      benchmark::RegisterBenchmark(("layer/L1P/" + std::string(v) + ts).c_str(), bm_gqa_layer, std::string(v), false, t)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+      benchmark::RegisterBenchmark(("layer/L1D/" + std::string(v) + ts).c_str(), bm_gqa_layer, std::string(v), true, t)
+          ->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+    for (auto form : {gattn::mla_form::absorbed, gattn::mla_form::expanded})
+      for (bool gated : {false, true}) {
+        const std::string v = std::string(gated ? "g1_elementwise_" : "plain_") + gattn::to_string(form);
+        benchmark::RegisterBenchmark(("layer/MLAP/" + v + ts).c_str(), bm_mla_layer, form, gated, false, t)
+            ->Unit(benchmark::kMillisecond)->UseRealTime();
+        benchmark::RegisterBenchmark(("layer/MLAD/" + v + ts).c_str(), bm_mla_layer, form, gated, true, t)
+            ->Unit(benchmark::kMillisecond)->UseRealTime();
+      }
+  }
+  return 0;
+}
+
+const int registered = register_layers();
+
+}  // namespace
