@@ -70,12 +70,16 @@ inline std::vector<std::string> gqa_case_names() {
           "gqa_g1_low_rank", "gqa_g1_gated_rmsnorm", "gqa_per_head_rmsnorm", "gqa_mha_no_qknorm_bias",
           "gqa_mqa", "qwen3_next_layout", "qwen3_next_layout_headwise", "paper_layout_elementwise",
           "paper_layout_headwise", "gqa_noncausal", "gqa_yarn_partial", "gqa_interleaved_partial",
-          "gqa_g1_headwise_output_norm"};
+          "gqa_g1_headwise_output_norm",
+          // tests/data/make_extra_vectors.py: other shapes, seeds and variants
+          "extra_gqa_g3_headwise_add", "extra_gqa_g4_headwise_silu", "extra_gqa_g5_shared",
+          "extra_gqa_lowrank_shared_headwise", "extra_gqa_mha_g2_shared", "extra_gqa_scale_bias",
+          "extra_paper_per_kv_group_g3", "extra_yarn_truncate_false"};
 }
 
 inline std::vector<std::string> mla_case_names() {
   return {"mla_plain", "mla_gated", "mla_gated_no_q_lora", "mla_gated_headwise", "mla_gated_nope",
-          "mla_gated_unrotated_rope_slots"};
+          "mla_gated_unrotated_rope_slots", "extra_mla_lowrank_gate", "extra_mla_shared_add", "extra_mla_yarn_neox"};
 }
 
 }  // namespace gattn::test

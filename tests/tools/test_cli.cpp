@@ -182,7 +182,9 @@ TEST_P(CliHuggingFace, ReproducesCheckpointInPrefillAndDecode) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated"),
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated", "extra_hf_deepseek_v2_plain",
+                                           "extra_hf_kimi_k3_nope", "extra_hf_qwen3_next_7",
+                                           "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
