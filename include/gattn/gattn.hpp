@@ -24,6 +24,7 @@
 #include "gattn/attention/backend.hpp"
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/unfused_sdpa.hpp"
+#include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/mla_layer.hpp"

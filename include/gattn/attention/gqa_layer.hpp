@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gattn/attention/backend.hpp"
+#include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
@@ -135,13 +136,6 @@ class gqa_layer {
     if (cfg_.output_norm != norm_kind::none) o_norm_ = w.get("o_norm.weight", {D}).data;
   }
 
-  static linear_map make_linear(const tensor& wt, const tensor* b) {
-    linear_map m;
-    m.weight = Eigen::Map<const row_matrix>(wt.data.data(), wt.shape[0], wt.shape[1]);
-    if (b) m.bias = Eigen::Map<const Eigen::VectorXf>(b->data.data(), b->shape[0]);
-    return m;
-  }
-
   void run(matrix_view<const float> x, matrix_view<float> y, kv_cache* cache, layer_workspace& ws,
            statistics_observer* stats) const {
     const index T = x.rows, d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
@@ -158,22 +152,7 @@ class gqa_layer {
     float* P = ws.projections.data();
     qkvg_.apply(x.data, T, x.row_stride, P, n_cols_);
     gate_scores u;
-    if (g.enabled) {
-      if (g.source == gate_source::low_rank) {
-        layer_workspace::fit(ws.gate_scores, T * gate_.scores());
-        gate_b_.apply(P + col_extra(), T, n_cols_, ws.gate_scores.data(), gate_.scores());
-        u = {ws.gate_scores.data(), gate_.scores(), gate_.per_head};
-      } else {
-        u = {P + col_extra(), n_cols_, gate_.per_head};
-      }
-      // the scores live in this call's workspace, so sharing may overwrite them in place
-      if (g.shared) u = share_over_heads(const_cast<float*>(u.data), T, u.token_stride, gate_);
-      if (stats) {
-        layer_workspace::fit(ws.activated, T * gate_.scores());
-        activated_gate_values(ws.activated.data(), T, gate_, u, g.activation);
-        stats->add_gate(ws.activated.data(), T * gate_.scores());
-      }
-    }
+    if (g.enabled) u = resolve_gate_scores(g, gate_, P + col_extra(), n_cols_, T, gate_b_, ws, stats);
 
     // 2. G2 / G3 / G4 gate the projection outputs
     if (g.enabled && g.position == gate_position::g2) apply_gate_rows(P + col_v(), T, n_cols_, D, gate_, u, g.activation, g.combine);

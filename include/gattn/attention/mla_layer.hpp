@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gattn/attention/backend.hpp"
+#include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
@@ -81,13 +82,6 @@ class mla_layer {
   index q_cols() const { return cfg_.q_lora_rank > 0 ? cfg_.q_lora_rank : cfg_.heads * qk(); }
   index col_kva() const { return q_cols(); }
   index col_extra() const { return q_cols() + latent_width(); }
-
-  static linear_map make_linear(const tensor& wt, const tensor* b) {
-    linear_map m;
-    m.weight = Eigen::Map<const row_matrix>(wt.data.data(), wt.shape[0], wt.shape[1]);
-    if (b) m.bias = Eigen::Map<const Eigen::VectorXf>(b->data.data(), b->shape[0]);
-    return m;
-  }
 
   void load(const weight_map& w) {
     const index d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
@@ -181,22 +175,7 @@ class mla_layer {
     // gate scores
     const gate_config& g = cfg_.gate;
     gate_scores u;
-    if (g.enabled) {
-      if (g.source == gate_source::low_rank) {
-        layer_workspace::fit(ws.gate_scores, T * gate_.scores());
-        gate_b_.apply(P + col_extra(), T, n_cols_, ws.gate_scores.data(), gate_.scores());
-        u = {ws.gate_scores.data(), gate_.scores(), gate_.per_head};
-      } else {
-        u = {P + col_extra(), n_cols_, gate_.per_head};
-      }
-      // the scores live in this call's workspace, so sharing may overwrite them in place
-      if (g.shared) u = share_over_heads(const_cast<float*>(u.data), T, u.token_stride, gate_);
-      if (stats) {
-        layer_workspace::fit(ws.activated, T * gate_.scores());
-        activated_gate_values(ws.activated.data(), T, gate_, u, g.activation);
-        stats->add_gate(ws.activated.data(), T * gate_.scores());
-      }
-    }
+    if (g.enabled) u = resolve_gate_scores(g, gate_, P + col_extra(), n_cols_, T, gate_b_, ws, stats);
 
     // 3.-6. attention: o [T, H, d_v] before the gate
     layer_workspace::fit(ws.gated, T * H * dv);

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include "gattn/core/types.hpp"
+#include "gattn/core/weights.hpp"
 
 namespace gattn {
 
@@ -52,5 +53,13 @@ struct linear_map {
     if (bias.size() != 0) Y.rowwise() += bias.transpose();
   }
 };
+
+/// A linear_map holding a copy of `w` ([out, in]) and of the optional bias `b` ([out]).
+inline linear_map make_linear(const tensor& w, const tensor* b) {
+  linear_map m;
+  m.weight = Eigen::Map<const row_matrix>(w.data.data(), w.shape[0], w.shape[1]);
+  if (b) m.bias = Eigen::Map<const Eigen::VectorXf>(b->data.data(), b->shape[0]);
+  return m;
+}
 
 }  // namespace gattn
