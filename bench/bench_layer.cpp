@@ -1,7 +1,7 @@
 // Whole-layer benchmarks (BENCH.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
 // unfused (elementwise gate, the Eigen baseline SDPA); and the MLA layer, layer/MLAP (prefill
-// T = 2048, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
+// T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -143,12 +143,12 @@ gattn::weight_map deepseek_weights(const gattn::mla_config& c) {
   return w;
 }
 
-void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool decode, int threads) {
+void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool decode, index prompt, int threads) {
   set_threads(threads);
   const auto cfg = deepseek(gated);
   gattn::mla_layer layer(cfg, deepseek_weights(cfg));
   layer.set_form(form);
-  const index d = cfg.hidden, T = decode ? 1 : 2048, cached = decode ? 8192 : 0;
+  const index d = cfg.hidden, T = decode ? 1 : prompt, cached = decode ? 8192 : 0;
   gattn::kv_cache cache(cfg, cached + T);
   if (decode) {
     const auto row = normal(cache.key_width(), 1.0f, 7);
@@ -162,7 +162,8 @@ void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool d
     layer.prefill({x.data(), T, d, d}, cache, {y.data(), T, d, d});
     benchmark::DoNotOptimize(y.data());
   }
-  st.SetLabel(gattn::to_string(layer.choose_form(T, cached + T)));
+  gattn::mla_layer chooser(cfg, deepseek_weights(cfg));  // what `automatic` would pick here
+  st.SetLabel(std::string("automatic picks ") + gattn::to_string(chooser.choose_form(T, cached + T)));
   st.counters["tokens_per_s"] = benchmark::Counter(double(T) * double(st.iterations()), benchmark::Counter::kIsRate);
 }
 
@@ -178,9 +179,12 @@ int register_layers() {
     for (auto form : {gattn::mla_form::absorbed, gattn::mla_form::expanded})
       for (bool gated : {false, true}) {
         const std::string v = std::string(gated ? "g1_elementwise_" : "plain_") + gattn::to_string(form);
-        benchmark::RegisterBenchmark(("layer/MLAP/" + v + ts).c_str(), bm_mla_layer, form, gated, false, t)
-            ->Unit(benchmark::kMillisecond)->UseRealTime();
-        benchmark::RegisterBenchmark(("layer/MLAD/" + v + ts).c_str(), bm_mla_layer, form, gated, true, t)
+        // MLAP: prefill at T = 2048; MLAP64 / MLAP512 locate the absorbed/expanded crossover.
+        for (index T : {index(64), index(512), index(2048)})
+          benchmark::RegisterBenchmark(("layer/MLAP" + (T == 2048 ? std::string() : std::to_string(T)) + "/" + v + ts).c_str(),
+                                       bm_mla_layer, form, gated, false, T, t)
+              ->Unit(benchmark::kMillisecond)->UseRealTime();
+        benchmark::RegisterBenchmark(("layer/MLAD/" + v + ts).c_str(), bm_mla_layer, form, gated, true, index(1), t)
             ->Unit(benchmark::kMillisecond)->UseRealTime();
       }
   }
