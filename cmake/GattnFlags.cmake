@@ -40,6 +40,12 @@ if(GATTN_OPENMP)
   endif()
 endif()
 
+# Build type "Sanitize" (CI's ASan+UBSan job): -O1 keeps the suite fast to run and -g1 (line tables
+# only) keeps it fast to compile while sanitizer reports still name file and line.
+if(CMAKE_BUILD_TYPE STREQUAL "Sanitize")
+  target_compile_options(gattn_internal INTERFACE -O1 -g1)
+endif()
+
 if(GATTN_SANITIZE)
   target_compile_options(gattn_internal INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(gattn_internal INTERFACE -fsanitize=address,undefined)

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the BENCH.md ratios.
+
+Usage: scripts/bench_report.py RESULTS.json > table.md
+"""
+import json
+import re
+import sys
+
+
+def medians(path):
+    data = json.load(open(path))
+    out = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        name = re.sub(r"/real_time$", "", b["run_name"])
+        ms = b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+        out[name] = {"ms": ms, "GFLOPS": b.get("GFLOPS", 0) / 1e9 if b.get("GFLOPS", 0) > 1e6 else b.get("GFLOPS", 0),
+                     "GBps": b.get("GBps", 0) / 1e9 if b.get("GBps", 0) > 1e6 else b.get("GBps", 0),
+                     "label": b.get("label", "")}
+    return data.get("context", {}), out
+
+
+def main():
+    ctx, m = medians(sys.argv[1])
+    def get(name, key):
+        return m[name][key] if name in m else float("nan")
+    print(f"Machine: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz, "
+          f"load average {ctx.get('load_avg', '?')}, {ctx.get('gattn_arch', '')}")
+    print()
+    print("| benchmark | t:1 | t:2 |")
+    print("|---|---|---|")
+    rows = sorted({re.sub(r"/t:\d+$", "", n) for n in m})
+    for r in rows:
+        cells = []
+        for t in (1, 2):
+            n = f"{r}/t:{t}"
+            if n not in m:
+                cells.append("")
+                continue
+            v = m[n]
+            extra = f", {v['GFLOPS']:.1f} GFLOP/s" if v["GFLOPS"] else ""
+            extra += f", {v['GBps']:.1f} GB/s" if v["GBps"] else ""
+            cells.append(f"{v['ms']:.3g} ms{extra}")
+        print(f"| {r} | {cells[0]} | {cells[1]} |")
+    print()
+    print("| ratio (same run, medians) | t:1 | t:2 | target |")
+    print("|---|---|---|---|")
+    def ratio_row(label, f, target):
+        vals = []
+        for t in (1, 2):
+            try:
+                vals.append(f"{f(t):.2f}")
+            except (KeyError, ZeroDivisionError):
+                vals.append("—")
+        print(f"| {label} | {vals[0]} | {vals[1]} | {target} |")
+    for shape in ("P1", "P2"):
+        ratio_row(f"{shape} fused gated / unfused (speed)",
+                  lambda t: get(f"kernel/{shape}/unfused/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms"), "≥ 2")
+        ratio_row(f"{shape} fused gated GFLOP/s / limits/gemm",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GFLOPS") / get(f"limits/gemm/t:{t}", "GFLOPS"), "≥ 0.85")
+        ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.01")
+    for shape in ("D1", "M1"):
+        ratio_row(f"{shape} fused gated GB/s / limits/read",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "≥ 0.8")
+        ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.03")
+    for shape in ("P1", "P2"):
+        ratio_row(f"{shape} 2-thread speed-up (gated)",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
+
+
+if __name__ == "__main__":
+    main()
