@@ -1,7 +1,15 @@
 // Benchmarks of the fused SDPA-then-gate kernel (BENCH.md contract): kernel/<shape>/<variant>/t:<n>
-// for P1, P2, D1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
+// for P1, P2, D1, M1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
 // tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
 // limits/gemm/t:<n> (Eigen GEMM) and limits/read/t:<n> (read bandwidth over 2 GiB).
+// M1 (MLA absorbed decode): one latent KV head of d_qk = 576 (512 + 64 rope) per token, v = the
+// first 512 channels of the same rows (aliasing), 16 query heads. Its `unfused` variant is the
+// expanded, non-absorbed decode: per call, k_nope and v of every head are rebuilt from the latent
+// cache with W_kvb (random, H·(128 + 128) × 512; Eigen GEMM, Eigen threads = t), k = [k_nope,
+// shared k_rope] (192 channels), then the unfused baseline per head (d_qk 192, d_v 128) and the
+// elementwise gate. GBps of every decode variant counts the bytes of the cache itself (K + V for
+// GQA, the latent rows once for M1), so the variants compare at equal work.
+// Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3).
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
@@ -29,11 +37,18 @@ struct shape {
   const char* name;
   index t_q, t_k, hq, hkv, d;
   bool decode;
+  index d_v = 0;      // 0 = d
+  bool mla = false;   // latent cache: v aliases the first d_v channels of k
+  index dv() const { return d_v ? d_v : d; }
+  double cache_bytes() const {
+    return double(t_k) * double(hkv) * 4.0 * (mla ? double(d) : double(d + dv()));
+  }
 };
 
 const shape k_shapes[] = {
     {"P1", 2048, 2048, 16, 4, 128, false},   {"P2", 8192, 8192, 16, 4, 128, false},
-    {"D1", 1, 8192, 32, 8, 128, true},       {"S512", 512, 512, 16, 4, 128, false},
+    {"D1", 1, 8192, 32, 8, 128, true},       {"M1", 1, 8192, 16, 1, 576, true, 512, true},
+    {"S512", 512, 512, 16, 4, 128, false},
     {"S1024", 1024, 1024, 16, 4, 128, false}, {"S2048", 2048, 2048, 16, 4, 128, false},
     {"S4096", 4096, 4096, 16, 4, 128, false}, {"S8192", 8192, 8192, 16, 4, 128, false},
 };
@@ -52,37 +67,43 @@ struct inputs {
   std::vector<float> q, u_elem, u_head, out;
   std::vector<std::vector<float>> k, v;
   explicit inputs(const shape& sh) : s(sh) {
-    const double cache_bytes = double(s.t_k) * double(s.hkv) * double(s.d) * 4.0 * 2.0;
-    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / cache_bytes)) : 1;
+    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / s.cache_bytes())) : 1;
     caches = std::max<index>(caches, s.decode ? 2 : 1);
     q.resize(std::size_t(s.t_q * s.hq * s.d));
     fill(q, 1);
-    u_elem.resize(std::size_t(s.t_q * s.hq * s.d));
+    u_elem.resize(std::size_t(s.t_q * s.hq * s.dv()));
     fill(u_elem, 2);
     u_head.resize(std::size_t(s.t_q * s.hq));
     fill(u_head, 3);
-    out.resize(std::size_t(s.t_q * s.hq * s.d));
+    out.resize(std::size_t(s.t_q * s.hq * s.dv()));
     for (index c = 0; c < caches; ++c) {
       k.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
-      v.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
       fill(k.back(), unsigned(10 + 2 * c));
-      fill(v.back(), unsigned(11 + 2 * c));
+      if (!s.mla) {
+        v.emplace_back(std::size_t(s.t_k * s.hkv * s.dv()));
+        fill(v.back(), unsigned(11 + 2 * c));
+      }
     }
   }
   gattn::sdpa_params params(index c, const std::string& variant, int threads) {
     gattn::sdpa_params p;
-    p.t_q = s.t_q; p.t_k = s.t_k; p.q_heads = s.hq; p.kv_heads = s.hkv; p.d_qk = s.d; p.d_v = s.d;
+    const index dv = s.dv();
+    p.t_q = s.t_q; p.t_k = s.t_k; p.q_heads = s.hq; p.kv_heads = s.hkv; p.d_qk = s.d; p.d_v = dv;
     p.q = q.data(); p.q_token_stride = s.hq * s.d; p.q_head_stride = s.d;
-    p.k = k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.d;
-    p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * s.d; p.v_head_stride = s.d;
-    p.out = out.data(); p.out_token_stride = s.hq * s.d; p.out_head_stride = s.d;
+    p.k = k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.mla ? 0 : s.d;
+    if (s.mla) {
+      p.v = p.k; p.v_token_stride = p.k_token_stride; p.v_head_stride = 0;
+    } else {
+      p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * dv; p.v_head_stride = dv;
+    }
+    p.out = out.data(); p.out_token_stride = s.hq * dv; p.out_head_stride = dv;
     p.scale = 1.0f / std::sqrt(float(s.d));
     p.causal = true;
     p.threads = threads;
     if (variant == "g1_elementwise") {
       p.epilogue.gate_scores = u_elem.data();
-      p.epilogue.gate_token_stride = s.hq * s.d;
-      p.epilogue.gate_head_stride = s.d;
+      p.epilogue.gate_token_stride = s.hq * dv;
+      p.epilogue.gate_head_stride = dv;
     } else if (variant == "g1_headwise") {
       p.epilogue.gate_scores = u_head.data();
       p.epilogue.gate_token_stride = s.hq;
@@ -138,8 +159,60 @@ struct unfused {
   }
 };
 
+/// The expanded (non-absorbed) MLA decode for M1: rebuild k_nope and v of every head from the
+/// latent cache with W_kvb, then the unfused per-head baseline with the elementwise gate.
+struct unfused_mla {
+  static constexpr index d_nope = 128, d_rope = 64, d_vh = 128;
+  index d_c;
+  RowMat w_k, w_v, kn, vv, q;  // W_kb [H·128, d_c], W_vb [H·128, d_c]; rebuilt K/V [T, H·128]; q [H, 192]
+  std::vector<RowMat> s_buf;
+  std::vector<float> out, u;
+  unfused_mla(const shape& s, int threads) : d_c(s.d - d_rope) {
+    w_k = RowMat::Random(s.hq * d_nope, d_c) * 0.05f;
+    w_v = RowMat::Random(s.hq * d_vh, d_c) * 0.05f;
+    kn.resize(s.t_k, s.hq * d_nope);
+    vv.resize(s.t_k, s.hq * d_vh);
+    q = RowMat::Random(s.hq, d_nope + d_rope);
+    for (int t = 0; t < threads; ++t) s_buf.emplace_back(1, s.t_k);
+    out.resize(std::size_t(s.hq * d_vh));
+    u.resize(std::size_t(s.hq * d_vh));
+    fill(u, 4);
+  }
+  void run(const inputs& in, index c, int threads) {
+    const shape& s = in.s;
+    const float* lat = in.k[std::size_t(c)].data();
+    StridedMap C(lat, s.t_k, d_c, Eigen::OuterStride<>(s.d));
+    StridedMap R(lat + d_c, s.t_k, d_rope, Eigen::OuterStride<>(s.d));
+    Eigen::setNbThreads(threads);
+    kn.noalias() = C * w_k.transpose();
+    vv.noalias() = C * w_v.transpose();
+    Eigen::setNbThreads(1);
+    const float scale = 1.0f / std::sqrt(float(d_nope + d_rope));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (index h = 0; h < s.hq; ++h) {
+#ifdef _OPENMP
+      RowMat& S = s_buf[std::size_t(omp_get_thread_num())];
+#else
+      RowMat& S = s_buf[0];
+#endif
+      StridedMap K(kn.data() + h * d_nope, s.t_k, d_nope, Eigen::OuterStride<>(s.hq * d_nope));
+      StridedMap V(vv.data() + h * d_vh, s.t_k, d_vh, Eigen::OuterStride<>(s.hq * d_vh));
+      S.noalias() = q.row(h).head(d_nope) * K.transpose();
+      S.noalias() += q.row(h).tail(d_rope) * R.transpose();
+      auto row = S.row(0);
+      const float m = row.maxCoeff();
+      row = ((row.array() - m) * scale).exp();
+      row /= row.sum();
+      Eigen::Map<Eigen::RowVectorXf> O(out.data() + h * d_vh, d_vh);
+      O.noalias() = row * V;
+      Eigen::Map<const Eigen::RowVectorXf> U(u.data() + h * d_vh, d_vh);
+      O.array() *= (1.0f + (-U.array()).exp()).inverse();
+    }
+  }
+};
+
 double work(const shape& s) {
-  return s.decode ? double(s.t_k) * double(s.hkv) * double(s.d) * 4.0 * 2.0  // bytes of K and V
+  return s.decode ? s.cache_bytes()  // bytes of the cache (K and V; the latent rows once for MLA)
                   : 4.0 * double(s.t_q) * double(s.t_k) * double(s.d) * double(s.hq) / 2.0;
 }
 
@@ -152,10 +225,15 @@ void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) 
   }
   inputs& in = *cached;
   std::unique_ptr<unfused> base;
-  if (variant == "unfused") base = std::make_unique<unfused>(s, threads);
+  std::unique_ptr<unfused_mla> base_mla;
+  if (variant == "unfused") {
+    if (s.mla) base_mla = std::make_unique<unfused_mla>(s, threads);
+    else base = std::make_unique<unfused>(s, threads);
+  }
   index c = 0;
   for (auto _ : st) {
     if (base) base->run(in, c, threads);
+    else if (base_mla) base_mla->run(in, c, threads);
     else gattn::fused_sdpa(in.params(c, variant, threads));
     benchmark::DoNotOptimize(in.out.data());
     benchmark::ClobberMemory();

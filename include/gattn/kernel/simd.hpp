@@ -75,6 +75,23 @@ inline void store(float* p, const B& x) noexcept {
   if constexpr (std::is_same<B, scalar_batch<float>>::value) *p = x.v;
   else x.store_unaligned(p);
 }
+/// Loads into a register that the compiler must keep: GCC otherwise folds a vector used by several
+/// FMAs back into each FMA as a memory operand (one load per FMA instead of one per vector), which
+/// makes the microkernels load-bound.
+template <class Arch>
+inline batch<float, Arch> load_reg(const float* p) noexcept {
+  if constexpr (is_xsimd_arch_v<Arch>) {
+    typename xsimd::batch<float, Arch>::register_type r = xsimd::batch<float, Arch>::load_unaligned(p);
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    asm("" : "+v"(r));
+#elif defined(__GNUC__) && defined(__aarch64__)
+    asm("" : "+w"(r));
+#endif
+    return r;
+  } else {
+    return scalar_batch<float>(*p);
+  }
+}
 template <class Arch>
 inline batch<float, Arch> broadcast(float x) noexcept {
   return batch<float, Arch>(x);
@@ -122,11 +139,47 @@ template <class T>
 inline T hadd(scalar_batch<T> a) noexcept { return a.v; }
 template <class T, class A>
 inline T hadd(const xsimd::batch<T, A>& a) noexcept { return xsimd::hadd(a); }
+/// Horizontal sums of W = size batches at once: lane i of the result = hadd(rows[i]).
+template <class T>
+inline scalar_batch<T> haddp(const scalar_batch<T>* rows) noexcept { return rows[0]; }
+#if defined(__AVX512F__)
+namespace detail {
+/// 16-row transpose-and-add for AVX-512 (xsimd 8.1's avx512f haddp returns its lanes permuted:
+/// 0 1 4 5 2 3 6 7 8 9 12 13 10 11 14 15). Lane i of the result = Σ rows[i].
+inline __m512 haddp16(const __m512* r) noexcept {
+  __m512 g[4];
+  for (int k = 0; k < 4; ++k) {
+    // level 1: pairs (row k, row 4+k) and (row 8+k, row 12+k) -> quarter sums
+    const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), _mm512_shuffle_f32x4(r[k], r[4 + k], 0xEE));
+    const __m512 d = _mm512_add_ps(_mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44),
+                                   _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xEE));
+    // level 2: quarter q of g[k] holds 4 partial sums of row 4q + k
+    g[k] = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x88), _mm512_shuffle_f32x4(c, d, 0xDD));
+  }
+  // level 3, inside each 128-bit quarter: lane 4q + k = Σ row 4q + k
+  const __m512 h01 = _mm512_add_ps(_mm512_unpacklo_ps(g[0], g[1]), _mm512_unpackhi_ps(g[0], g[1]));
+  const __m512 h23 = _mm512_add_ps(_mm512_unpacklo_ps(g[2], g[3]), _mm512_unpackhi_ps(g[2], g[3]));
+  const __m512d a = _mm512_castps_pd(h01), b = _mm512_castps_pd(h23);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+}  // namespace detail
+#endif
+template <class T, class A>
+inline xsimd::batch<T, A> haddp(const xsimd::batch<T, A>* rows) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same<T, float>::value && std::is_base_of<xsimd::avx512f, A>::value) {
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i) r[i] = rows[i];
+    return detail::haddp16(r);
+  } else
+#endif
+    return xsimd::haddp(rows);
+}
 /// Horizontal max (xsimd 8.1 has no reduce_max): via a store.
 template <class B>
 inline float hmax(const B& a) noexcept {
   alignas(64) float tmp[B::size];
-  store(tmp, a);
+  simd::store(tmp, a);
   float m = tmp[0];
   for (std::size_t i = 1; i < B::size; ++i) m = std::max(m, tmp[i]);
   return m;
