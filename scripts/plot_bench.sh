@@ -10,7 +10,7 @@ json=$(mktemp --suffix=.json)
 dat=$(mktemp --suffix=.dat)
 trap 'rm -f "$json" "$dat"' EXIT
 "$build/bench/gattn_bench" \
-  --benchmark_filter="kernel/S[0-9]+/(plain|g1_elementwise|unfused)/t:${threads}\$" \
+  --benchmark_filter="kernel/S[0-9]+/(plain|g1_elementwise|unfused)/t:${threads}(/real_time)?\$" \
   --benchmark_repetitions="${REPS:-5}" --benchmark_report_aggregates_only=true \
   --benchmark_format=json >"$json"
 # Table: T plain g1_elementwise unfused (medians of GFLOPS).
