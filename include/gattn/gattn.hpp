@@ -13,6 +13,7 @@
 
 #include "gattn/gate/activation.hpp"
 #include "gattn/gate/gate.hpp"
+#include "gattn/gate/policy.hpp"
 
 #include "gattn/kernel/kernel.hpp"
 

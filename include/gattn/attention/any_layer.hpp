@@ -6,6 +6,7 @@
 
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
+#include "gattn/gate/policy.hpp"
 #include "gattn/io/gattn_config.hpp"
 
 namespace gattn {
@@ -53,6 +54,22 @@ class any_layer {
     return variant(std::in_place_type<mla_layer>, std::get<mla_config>(cfg), w);
   }
   variant impl_;
+};
+
+/// A GQA layer whose gate is fixed by the type `Gate` (gate<...> or no_gate).
+template <class Gate = no_gate>
+class gated_gqa : public gqa_layer {
+ public:
+  using gate_type = Gate;
+  gated_gqa(const gqa_config& cfg, const weight_map& w) : gqa_layer(detail::with_gate<Gate>(cfg), w) {}
+};
+
+/// An MLA layer whose gate is fixed by the type `Gate` (a G1 gate or no_gate).
+template <class Gate = no_gate>
+class gated_mla : public mla_layer {
+ public:
+  using gate_type = Gate;
+  gated_mla(const mla_config& cfg, const weight_map& w) : mla_layer(detail::with_gate<Gate>(cfg), w) {}
 };
 
 }  // namespace gattn
