@@ -1,0 +1,421 @@
+// The decode path of the fused kernel (few queries, long caches): flash-decoding over key splits.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/arch.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
+#include "gattn/kernel/simd.hpp"
+#include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/prefill_unit.hpp"
+#include "gattn/kernel/scratch.hpp"
+#include "gattn/kernel/sdpa_params.hpp"
+#include "gattn/kernel/vector_ops.hpp"
+
+namespace gattn {
+namespace detail {
+
+// ---- Decode path (few queries, long caches) ----------------------------------------------------
+// Per KV head r the R = G·t_q query rows (row m = query m / G, head r·G + m % G) are few, so the
+// scores are dot products along d: a microkernel keeps RB rows × KB keys of accumulators in
+// registers, streams the KB key rows once (the RB query rows come from L1) and reduces the RB·KB
+// accumulators with one haddp. Keys go in blocks of Bc: for each group of KB tokens the kernel
+// visits every KV head, so a [T, H_kv, D] cache is read token row by token row (contiguously; the
+// hardware prefetcher sees a plain stream and the next block is software-prefetched). Then an
+// online softmax per row along the block (scores stored [row][key]) and O = alpha·O + P·V, again
+// token group by token group across all KV heads, with O in L1/L2 scratch. Keys are split across
+// threads (flash-decoding, 4 splits per thread, dynamic schedule); the partial (O, m, l) of the
+// splits are merged in split order (deterministic for a fixed thread count).
+// Measured here (BENCH.md machine, loaded): the path is compute-bound when the cache is hot
+// (D1 ≈ 28 GB/s-equivalent, M1 ≈ 92 GFLOP/s ≈ the FMA rate a thread gets) and, cold, pays the
+// memory time on top (software prefetch of the next block, distance 1-4 blocks, T0/T2/NTA hints,
+// and huge pages made no measurable difference). M1 does 15 flop per cache byte, so fp32 M1
+// cannot reach the read bandwidth on this CPU: it is bounded by the FMA rate.
+
+/// Plan of the decode path.
+struct decode_plan {
+  index group = 1;       // G
+  index rows = 1;        // R = G·t_q rows per KV head
+  index rows_total = 1;  // H_kv·R
+  index ldq = 1;         // row stride of the packed scaled Q
+  index dv_pad = 1;
+  index bc = 32;         // keys per block
+  index kb = 4;          // keys per QK microkernel call
+  index splits = 1, split_len = 0, offset = 0, max_lim = 0;
+  bool pack_v = false;
+  std::size_t scratch_floats = 0;
+};
+
+/// Accumulators of one QK microkernel call (RB·KB): 16 zmm on AVX-512, 8 elsewhere.
+template <class Arch>
+inline constexpr int decode_acc = kernel_traits<Arch>::width >= 16 ? 16 : 8;
+
+/// True when fused_sdpa takes the decode path: few query rows per KV head.
+inline bool use_decode_path(const sdpa_params& p) {
+  const index g = p.q_heads / p.kv_heads;
+  return p.t_q <= 4 && g * p.t_q <= 64;
+}
+
+template <class Arch>
+inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
+  using tr = kernel_traits<Arch>;
+  constexpr index W = tr::width;
+  constexpr index NA = decode_acc<Arch>;
+  decode_plan pl;
+  pl.group = p.q_heads / p.kv_heads;
+  pl.rows = pl.group * p.t_q;
+  pl.rows_total = p.kv_heads * pl.rows;
+  pl.ldq = round_up(p.d_qk, 16);
+  pl.dv_pad = round_up(p.d_v, W);
+  pl.pack_v = (p.d_v % W) != 0;
+  pl.bc = std::max<index>(32, W);
+  pl.kb = pl.rows >= 4 ? NA / 4 : (pl.rows >= 2 ? NA / 2 : NA);
+  pl.offset = p.t_k - p.t_q;
+  pl.max_lim = p.causal ? std::clamp<index>(p.t_q + pl.offset, 0, p.t_k) : p.t_k;
+  // Several splits per thread, scheduled dynamically: a shared machine slows one thread down and
+  // an even static split would wait for it. The split count depends only on the thread count, so
+  // results stay deterministic per thread count.
+  index want = threads > 1 ? 4 * index(threads) : 1;
+  want = std::max<index>(1, std::min<index>(want, pl.max_lim / tr::min_split_keys));
+  pl.split_len = round_up(std::max<index>(1, (pl.max_lim + want - 1) / want), pl.bc);
+  pl.splits = std::max<index>(1, (pl.max_lim + pl.split_len - 1) / pl.split_len);
+  const index rt = round_up(pl.rows_total, 16);
+  pl.scratch_floats = std::size_t(rt * pl.ldq + rt * pl.bc + rt * pl.dv_pad + (pl.pack_v ? pl.bc * pl.dv_pad : 0) +
+                                  3 * rt) + 8 * 16;
+  return pl;
+}
+
+struct decode_scratch {
+  float *q, *s, *o, *vpack, *m, *l, *alpha;
+};
+
+inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
+  auto take = [&base](index n) {
+    float* r = base;
+    base += round_up(n, 16);
+    return r;
+  };
+  const index rt = round_up(pl.rows_total, 16);
+  decode_scratch s{};
+  s.q = take(rt * pl.ldq);
+  s.s = take(rt * pl.bc);
+  s.o = take(rt * pl.dv_pad);
+  s.vpack = pl.pack_v ? take(pl.bc * pl.dv_pad) : nullptr;
+  s.m = take(rt);
+  s.l = take(rt);
+  s.alpha = take(rt);
+  return s;
+}
+
+/// s[r][t] = Σ_c q[r][c]·k_t[c] for RB query rows (stride ldq) × KB keys (row pointers k[t]).
+template <class Arch, int RB, int KB>
+inline void decode_qk(const float* q, index ldq, const float* const* k, index d, float* s, index lds) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  constexpr int N = RB * KB;
+  B acc[N];
+#pragma GCC unroll 64
+  for (int n = 0; n < N; ++n) acc[n] = B(0.0f);
+  const index dvec = d / W * W;
+  for (index c = 0; c < dvec; c += W) {
+    B kv[KB];
+#pragma GCC unroll 16
+    for (int t = 0; t < KB; ++t) kv[t] = simd::load_reg<Arch>(k[t] + c);
+#pragma GCC unroll 16
+    for (int r = 0; r < RB; ++r) {
+      const B qv = simd::load_reg<Arch>(q + r * ldq + c);
+#pragma GCC unroll 16
+      for (int t = 0; t < KB; ++t) acc[r * KB + t] = simd::fma(qv, kv[t], acc[r * KB + t]);
+    }
+  }
+  alignas(64) float sums[N];
+  if constexpr (N % W == 0) {
+#pragma GCC unroll 16
+    for (int g = 0; g < int(N / W); ++g) simd::store(sums + g * W, simd::haddp(acc + g * W));
+  } else {
+#pragma GCC unroll 64
+    for (int n = 0; n < N; ++n) sums[n] = simd::hadd(acc[n]);
+  }
+  for (index c = dvec; c < d; ++c)
+    for (int r = 0; r < RB; ++r)
+      for (int t = 0; t < KB; ++t) sums[r * KB + t] += q[r * ldq + c] * k[t][c];
+#pragma GCC unroll 16
+  for (int r = 0; r < RB; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < KB; ++t) s[r * lds + t] = sums[r * KB + t];
+}
+
+/// Dispatches decode_qk over the row count rb (1, 2 or 4) for a fixed key count kb of the plan.
+template <class Arch>
+inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, const float* const* k, index d, float* s,
+                               index lds) {
+  constexpr int NA = decode_acc<Arch>;
+  if (kb == NA / 4) {
+    if (rb == 4) decode_qk<Arch, 4, NA / 4>(q, ldq, k, d, s, lds);
+    else if (rb == 2) decode_qk<Arch, 2, NA / 4>(q, ldq, k, d, s, lds);
+    else decode_qk<Arch, 1, NA / 4>(q, ldq, k, d, s, lds);
+  } else if (kb == NA / 2) {
+    if (rb == 2) decode_qk<Arch, 2, NA / 2>(q, ldq, k, d, s, lds);
+    else decode_qk<Arch, 1, NA / 2>(q, ldq, k, d, s, lds);
+  } else {
+    decode_qk<Arch, 1, NA>(q, ldq, k, d, s, lds);
+  }
+}
+
+/// O[m][c..] = alpha[m]·O[m][c..] + Σ_j P[m][j]·V[j][c..] for MR rows × NV channel vectors
+/// (P row-major [row][key], stride ldp). alpha = nullptr: O += P·V.
+template <class Arch, int MR, int NV>
+inline void decode_pv(const float* pm, index ldp, index nk, const float* v, index vs, float* o, index ldo,
+                      const float* alpha) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) acc[m][x] = B(0.0f);
+  for (index j = 0; j < nk; ++j) {
+    B vv[NV];
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * vs + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const B pb = simd::broadcast<Arch>(pm[m * ldp + j]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(pb, vv[x], acc[m][x]);
+    }
+  }
+  if (alpha) {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const B a = simd::broadcast<Arch>(alpha[m]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x)
+        simd::store(o + m * ldo + x * W, simd::fma(simd::load<Arch>(o + m * ldo + x * W), a, acc[m][x]));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x)
+        simd::store(o + m * ldo + x * W, simd::load<Arch>(o + m * ldo + x * W) + acc[m][x]);
+  }
+}
+
+/// Prefetches the K and V rows of tokens [j0, j0 + n) (all KV heads: one span per token).
+inline void decode_prefetch(const sdpa_params& p, index j0, index n) {
+  const index kspan = ((p.kv_heads - 1) * p.k_head_stride + p.d_qk) * index(sizeof(float));
+  const index vspan = ((p.kv_heads - 1) * p.v_head_stride + p.d_v) * index(sizeof(float));
+  const bool v_in_k = p.v == p.k && p.v_token_stride == p.k_token_stride && vspan <= kspan;
+  for (index j = j0; j < j0 + n; ++j) {
+    const char* kr = reinterpret_cast<const char*>(p.k + j * p.k_token_stride);
+    for (index b = 0; b < kspan; b += 64) __builtin_prefetch(kr + b, 0, 1);
+    if (v_in_k) continue;
+    const char* vr = reinterpret_cast<const char*>(p.v + j * p.v_token_stride);
+    for (index b = 0; b < vspan; b += 64) __builtin_prefetch(vr + b, 0, 1);
+  }
+}
+
+/// Visible-key count of decode row m (query m / G).
+inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
+  return p.causal ? std::clamp<index>(m / pl.group + pl.offset + 1, 0, p.t_k) : p.t_k;
+}
+
+/// One decode task: every row of every KV head over keys [k_begin, k_end). Leaves the
+/// unnormalised O, m and l of all rows in the scratch.
+template <class Arch>
+inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
+                         index k_end) {
+  using tr = kernel_traits<Arch>;
+  using B = simd::batch<float, Arch>;
+  constexpr index W = tr::width;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const index R = pl.rows, bc = pl.bc, kb = pl.kb;
+  // Pack scale·Q (row gr = r·R + m) and clear the state.
+  for (index r = 0; r < p.kv_heads; ++r)
+    for (index m = 0; m < R; ++m) {
+      const index gr = r * R + m, i = m / pl.group, h = r * pl.group + m % pl.group;
+      const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
+      float* dst = sc.q + gr * pl.ldq;
+      for (index c = 0; c < p.d_qk; ++c) dst[c] = qrow[c] * p.scale;
+      for (index c = p.d_qk; c < pl.ldq; ++c) dst[c] = 0.0f;
+      sc.m[gr] = ninf;
+      sc.l[gr] = 0.0f;
+    }
+  std::fill(sc.o, sc.o + pl.rows_total * pl.dv_pad, 0.0f);
+  alignas(64) float iota[64];
+  for (index t = 0; t < 64; ++t) iota[t] = float(t);
+  const index nvo = pl.dv_pad / W;
+  constexpr index pf_dist = 1;  // blocks ahead
+  decode_prefetch(p, k_begin, std::min(pf_dist * bc, k_end - k_begin));
+  for (index j0 = k_begin; j0 < k_end; j0 += bc) {
+    const index nk = std::min(bc, k_end - j0);
+    const index pf0 = j0 + pf_dist * bc;  // this block prefetches [pf0, pf0 + next)
+    const index next = std::max<index>(0, std::min(bc, k_end - pf0));
+    // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
+    const float* kp[64];
+    for (index t0 = 0; t0 < nk; t0 += kb) {
+      if (next > 0) {
+        const index a = t0 * next / nk, b = std::min(next, (t0 + kb) * next / nk);
+        if (b > a) decode_prefetch(p, pf0 + a, b - a);
+      }
+      for (index r = 0; r < p.kv_heads; ++r) {
+        for (index t = 0; t < kb; ++t)
+          kp[t] = p.k + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
+        index m = 0;
+        for (; m + 4 <= R && kb * 4 <= decode_acc<Arch>; m += 4)
+          decode_qk_dispatch<Arch>(4, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+        for (; m + 2 <= R && kb * 2 <= decode_acc<Arch>; m += 2)
+          decode_qk_dispatch<Arch>(2, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+        for (; m < R; ++m)
+          decode_qk_dispatch<Arch>(1, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+      }
+    }
+    // 2. Online softmax per row along the block (keys past nk or past the row's limit: -inf).
+    for (index gr = 0; gr < pl.rows_total; ++gr) {
+      float* s = sc.s + gr * bc;
+      const index lim = std::min(decode_lim(p, pl, gr % R) - j0, nk);  // visible keys in this block
+      B tmax(ninf);
+      if (lim >= bc) {
+        for (index j = 0; j < bc; j += W) tmax = simd::max(tmax, simd::load<Arch>(s + j));
+      } else {
+        const B lb = B(float(lim));
+        for (index j = 0; j < bc; j += W) {
+          B x = simd::load<Arch>(s + j);
+          x = simd::select(simd::load<Arch>(iota + j) < lb, x, B(ninf));
+          simd::store(s + j, x);
+          tmax = simd::max(tmax, x);
+        }
+      }
+      const float mt = simd::hmax(tmax);
+      const float m_old = sc.m[gr];
+      const float m_new = std::max(m_old, mt);
+      const float m_use = m_new == ninf ? 0.0f : m_new;
+      const float alpha = m_new == m_old ? 1.0f : simd::exp_nonpositive(simd::scalar_batch<float>(m_old - m_use)).v;
+      const B mu(m_use);
+      B sum(0.0f);
+      for (index j = 0; j < bc; j += W) {
+        const B e = simd::exp_nonpositive(simd::load<Arch>(s + j) - mu);
+        sum += e;
+        simd::store(s + j, e);
+      }
+      sc.m[gr] = m_new;
+      sc.l[gr] = sc.l[gr] * alpha + simd::hadd(sum);
+      sc.alpha[gr] = alpha;
+    }
+    // 3. O = alpha·O + P·V, token group by token group across all KV heads (row-contiguous
+    //    reads of the cache, like the scores; O stays in L1/L2 scratch). alpha applies once, at
+    //    the block's first group.
+    const index tg = p.kv_heads == 1 ? bc : 8;
+    for (index g0 = 0; g0 < nk; g0 += tg) {
+      const index ng = std::min(tg, nk - g0);
+      for (index r = 0; r < p.kv_heads; ++r) {
+        const float* vt = p.v + (j0 + g0) * p.v_token_stride + r * p.v_head_stride;
+        index vs = p.v_token_stride;
+        if (pl.pack_v) {
+          for (index j = 0; j < ng; ++j) {
+            float* dst = sc.vpack + j * pl.dv_pad;
+            std::memcpy(dst, vt + j * p.v_token_stride, sizeof(float) * std::size_t(p.d_v));
+            std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
+          }
+          vt = sc.vpack;
+          vs = pl.dv_pad;
+        }
+        for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
+          const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
+          for (index m = 0; m < R; m += tr::pv_mr) {
+            const int mr = int(std::min<index>(tr::pv_mr, R - m));
+            const index gr = r * R + m;
+            static_switch<tr::pv_mr>(mr, [&](auto MR) {
+              static_switch<tr::pv_nv>(nv, [&](auto NV) {
+                decode_pv<Arch, decltype(MR)::value, decltype(NV)::value>(sc.s + gr * bc + g0, bc, ng, vt + x0 * W, vs,
+                                                                           sc.o + gr * pl.dv_pad + x0 * W, pl.dv_pad,
+                                                                           g0 == 0 ? sc.alpha + gr : nullptr);
+              });
+            });
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Decode path of fused_sdpa (see use_decode_path).
+template <class Arch>
+inline void decode_sdpa(const sdpa_params& p, int threads) {
+  const decode_plan pl = make_decode_plan<Arch>(p, threads);
+  const index row_block = pl.dv_pad + 2;
+  const index R = pl.rows;
+  auto finish = [&](const float* o, index ldo, const float* m, const float* l, index stride_ml) {
+    for (index gr = 0; gr < pl.rows_total; ++gr) {
+      const index r = gr / R, mm = gr % R;
+      const index i = mm / pl.group, h = r * pl.group + mm % pl.group;
+      const softmax_row sr{m[gr * stride_ml], l[gr * stride_ml]};
+      if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
+      // finish_row works in place on a scratch row: o must be writable scratch.
+      finish_row<Arch>(p, const_cast<float*>(o) + gr * ldo, sr.inv_l(), i, h);
+    }
+  };
+  if (pl.splits == 1) {
+    float* base = thread_scratch().get(pl.scratch_floats);
+    const decode_scratch sc = carve_decode(base, pl);
+    decode_range<Arch>(p, pl, sc, 0, pl.max_lim);
+    finish(sc.o, pl.dv_pad, sc.m, sc.l, 1);
+    return;
+  }
+  float* partials = thread_partials().get(std::size_t(pl.splits * pl.rows_total * row_block));
+  auto body = [&](index sp) {
+    float* base = thread_scratch().get(pl.scratch_floats);
+    const decode_scratch sc = carve_decode(base, pl);
+    const index kb = sp * pl.split_len, ke = std::min(pl.max_lim, kb + pl.split_len);
+    decode_range<Arch>(p, pl, sc, kb, ke);
+    float* dst = partials + sp * pl.rows_total * row_block;
+    for (index gr = 0; gr < pl.rows_total; ++gr) {
+      std::memcpy(dst + gr * row_block, sc.o + gr * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
+      dst[gr * row_block + pl.dv_pad] = sc.m[gr];
+      dst[gr * row_block + pl.dv_pad + 1] = sc.l[gr];
+    }
+  };
+#ifdef _OPENMP
+  const int team = int(std::min<index>(threads, pl.splits));
+  if (team > 1) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (index sp = 0; sp < pl.splits; ++sp) body(sp);
+  } else {
+    for (index sp = 0; sp < pl.splits; ++sp) body(sp);
+  }
+#else
+  for (index sp = 0; sp < pl.splits; ++sp) body(sp);
+#endif
+  // Merge in split order into split 0's blocks, then finish.
+  for (index gr = 0; gr < pl.rows_total; ++gr) {
+    float mall = -std::numeric_limits<float>::infinity();
+    for (index s = 0; s < pl.splits; ++s) mall = std::max(mall, partials[(s * pl.rows_total + gr) * row_block + pl.dv_pad]);
+    float* o0 = partials + gr * row_block;
+    const float w0 = softmax_row::weight(o0[pl.dv_pad], mall);
+    float l = w0 * o0[pl.dv_pad + 1];
+    for (index c = 0; c < pl.dv_pad; ++c) o0[c] *= w0;
+    for (index s = 1; s < pl.splits; ++s) {
+      const float* blk = partials + (s * pl.rows_total + gr) * row_block;
+      const float w = softmax_row::weight(blk[pl.dv_pad], mall);
+      if (w == 0.0f) continue;
+      l += w * blk[pl.dv_pad + 1];
+      for (index c = 0; c < pl.dv_pad; ++c) o0[c] += w * blk[c];
+    }
+    o0[pl.dv_pad] = mall;
+    o0[pl.dv_pad + 1] = l;
+  }
+  finish(partials, row_block, partials + pl.dv_pad, partials + pl.dv_pad + 1, row_block);
+}
+
+}  // namespace detail
+}  // namespace gattn

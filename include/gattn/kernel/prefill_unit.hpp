@@ -1,0 +1,193 @@
+// One prefill work unit (a KV head × a block of queries of its G heads): packing, key tiles with
+// the online softmax, and the per-row epilogue.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/arch.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
+#include "gattn/kernel/simd.hpp"
+#include "gattn/kernel/microkernels.hpp"
+#include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/scratch.hpp"
+#include "gattn/kernel/sdpa_params.hpp"
+#include "gattn/kernel/vector_ops.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// Software prefetch of keys [j0, j0 + n): the K and V rows of every KV head (a contiguous span
+/// per token in a [T, H_kv, D] cache). Decode reads each byte once with little arithmetic; one
+/// head's rows are a page apart, which defeats the hardware prefetchers, so the interleaved decode
+/// path asks for the next tile of all heads while it computes the current one.
+inline void prefetch_keys(const sdpa_params& p, index j0, index n) {
+  const index kspan = (p.kv_heads - 1) * p.k_head_stride + p.d_qk;
+  const index vspan = (p.kv_heads - 1) * p.v_head_stride + p.d_v;
+  for (index j = 0; j < n; ++j) {
+    const char* kr = reinterpret_cast<const char*>(p.k + (j0 + j) * p.k_token_stride);
+    const char* vr = reinterpret_cast<const char*>(p.v + (j0 + j) * p.v_token_stride);
+    for (index b = 0; b < kspan * index(sizeof(float)); b += 64) __builtin_prefetch(kr + b);
+    for (index b = 0; b < vspan * index(sizeof(float)); b += 64) __builtin_prefetch(vr + b);
+  }
+}
+
+/// What unit_begin learns about a unit: its valid rows and the range of visible-key counts.
+struct unit_info {
+  index r = 0, rows = 0, min_lim = 0, max_lim = 0;
+};
+
+/// Starts a work unit: packs scale·Qᵀ and the per-row visible-key limits (padding rows are zeros
+/// that see every key) and clears m, l and O.
+template <class Arch>
+inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb) {
+  const index ldq = pl.rows_pad;
+  const index i0 = qb * pl.br;
+  const index rows = std::min(pl.br, p.t_q - i0) * pl.group;  // valid rows of this unit
+  const float ninf = -std::numeric_limits<float>::infinity();
+  index min_lim = p.t_k, max_lim = 0;
+  for (index m = 0; m < pl.rows_pad; ++m) {
+    if (m < rows) {
+      const index i = i0 + m / pl.group;
+      const index h = r * pl.group + m % pl.group;
+      const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
+      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = qrow[c] * p.scale;
+      const index lim = p.causal ? std::clamp<index>(i + pl.offset + 1, 0, p.t_k) : p.t_k;
+      sc.lim[m] = float(lim);
+      min_lim = std::min(min_lim, lim);
+      max_lim = std::max(max_lim, lim);
+    } else {
+      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = 0.0f;
+      sc.lim[m] = float(p.t_k);
+    }
+    sc.m[m] = ninf;
+    sc.l[m] = 0.0f;
+  }
+  std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
+  return {r, rows, min_lim, max_lim};
+}
+
+/// One key tile [j0, j0 + nk) of a unit: Sᵀ = K·Qt, online softmax, O = alpha·O + P·V.
+template <class Arch>
+inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
+                      index j0, index nk) {
+  using tr = kernel_traits<Arch>;
+  using B = simd::batch<float, Arch>;
+  constexpr index W = tr::width;
+  const index ldq = pl.rows_pad;
+  const index r = ui.r, rows = ui.rows, min_lim = ui.min_lim;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const index nvq = pl.rows_pad / W;
+  {
+    const float* kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
+    // 1. Sᵀ = K_tile · Qt
+    for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
+      const int nv = int(std::min<index>(tr::qk_nv, nvq - v0));
+      for (index j = 0; j < nk; j += tr::qk_mr) {
+        const int mr = int(std::min<index>(tr::qk_mr, nk - j));
+        static_switch<tr::qk_mr>(mr, [&](auto MR) {
+          static_switch<tr::qk_nv>(nv, [&](auto NV) {
+            qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * p.k_token_stride, p.k_token_stride,
+                                                                      sc.qt + v0 * W, ldq, p.d_qk,
+                                                                      sc.st + j * ldq + v0 * W, ldq);
+          });
+        });
+      }
+    }
+    // 2. Online softmax down the key axis of Sᵀ, W rows per vector.
+    const bool diag = p.causal && j0 + nk > min_lim;
+    for (index v0 = 0; v0 < nvq; ++v0) {
+      float* s = sc.st + v0 * W;
+      online_softmax_state<B> st;
+      st.m = simd::load<Arch>(sc.m + v0 * W);
+      st.l = simd::load<Arch>(sc.l + v0 * W);
+      B tmax = B(ninf);
+      if (diag) {
+        const B lim = simd::load<Arch>(sc.lim + v0 * W);
+        for (index j = 0; j < nk; ++j) {
+          B x = simd::load<Arch>(s + j * ldq);
+          x = simd::select(B(float(j0 + j)) < lim, x, B(ninf));
+          simd::store(s + j * ldq, x);
+          tmax = simd::max(tmax, x);
+        }
+      } else {
+        for (index j = 0; j < nk; ++j) tmax = simd::max(tmax, simd::load<Arch>(s + j * ldq));
+      }
+      B m_use;
+      const B alpha = st.rescale(tmax, m_use);
+      B tile_sum(0.0f);
+      for (index j = 0; j < nk; ++j)
+        simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use, tile_sum));
+      st.end_tile(alpha, tile_sum);
+      simd::store(sc.m + v0 * W, st.m);
+      simd::store(sc.l + v0 * W, st.l);
+      simd::store(sc.alpha + v0 * W, alpha);
+    }
+    // 3. O = alpha·O + P·V_tile
+    const float* vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
+    index vs = p.v_token_stride;
+    if (pl.pack_v) {
+      for (index j = 0; j < nk; ++j) {
+        float* dst = sc.vpack + j * pl.dv_pad;
+        std::memcpy(dst, vt + j * p.v_token_stride, sizeof(float) * std::size_t(p.d_v));
+        std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
+      }
+      vt = sc.vpack;
+      vs = pl.dv_pad;
+    }
+    const index nvo = pl.dv_pad / W;
+    for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
+      const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
+      for (index m = 0; m < rows; m += tr::pv_mr) {
+        const int mr = int(std::min<index>(tr::pv_mr, rows - m));
+        static_switch<tr::pv_mr>(mr, [&](auto MR) {
+          static_switch<tr::pv_nv>(nv, [&](auto NV) {
+            pv_micro<Arch, decltype(MR)::value, decltype(NV)::value>(sc.st + m, ldq, nk, vt + x0 * W, vs,
+                                                                      sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad,
+                                                                      sc.alpha + m);
+          });
+        });
+      }
+    }
+  }
+}
+
+/// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
+/// scratch (rows < pl.rows are meaningful).
+template <class Arch>
+inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
+                     index k_begin, index k_end) {
+  constexpr index bc = kernel_traits<Arch>::block_keys;
+  const unit_info ui = unit_begin<Arch>(p, pl, sc, r, qb);
+  const index kend = std::min(k_end, ui.max_lim);  // keys past every row's limit are never visible
+  for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
+}
+
+/// Epilogue of one output row: z = o·inv_l, RMSNorm, gate, then the single store to `dst`.
+/// Works in place on the scratch row `o` (L1-resident).
+template <class Arch>
+inline void finish_row(const sdpa_params& p, float* o, float inv_l, index i, index h) {
+  const sdpa_epilogue& e = p.epilogue;
+  scale_copy<Arch>(o, o, p.d_v, inv_l);
+  if (e.out_norm != norm_kind::none) rms_norm<Arch>(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm);
+  if (e.gate_scores) {
+    const float* u = e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride;
+    if (e.gate_headwise) apply_gate_scalar<Arch>(o, p.d_v, *u, e.gate_activation, e.gate_combine);
+    else apply_gate<Arch>(o, u, p.d_v, e.gate_activation, e.gate_combine);
+  }
+  std::memcpy(p.out + i * p.out_token_stride + h * p.out_head_stride, o, sizeof(float) * std::size_t(p.d_v));
+}
+
+/// Per-unit bookkeeping of the interleaved decode path (grows, never shrinks).
+inline std::vector<unit_info>& thread_unit_info() {
+  static thread_local std::vector<unit_info> info;
+  return info;
+}
+
+}  // namespace detail
+}  // namespace gattn

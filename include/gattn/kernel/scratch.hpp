@@ -1,0 +1,167 @@
+// Per-thread scratch of the fused kernel: aligned buffers, the call plan and the unit layout.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/arch.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
+#include "gattn/kernel/simd.hpp"
+#include "gattn/kernel/sdpa_params.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// 64-byte aligned float buffer that only grows (scratch reused across calls).
+class aligned_buffer {
+ public:
+  float* get(std::size_t n) {
+    if (n > size_) {
+      const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+      void* mem = std::aligned_alloc(64, bytes);
+      if (mem == nullptr) throw std::bad_alloc();
+      data_.reset(static_cast<float*>(mem));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct freer {
+    void operator()(float* f) const noexcept { std::free(f); }
+  };
+  std::unique_ptr<float, freer> data_;
+  std::size_t size_ = 0;
+};
+
+/// Per-thread scratch of one work unit, one block (64-byte aligned); layout in floats:
+///   qt    [d_qk][M_pad]      scaled Qᵀ of the unit
+///   st    [Bc][M_pad]        Sᵀ tile, overwritten by Pᵀ
+///   o     [M_pad][dv_pad]    unnormalised output accumulator
+///   vpack [Bc][dv_pad]       V tile zero-padded to dv_pad (only when d_v % W != 0)
+///   m, l, alpha, lim [M_pad] per-row softmax state, rescale factors, visible-key counts
+/// thread_local, so concurrent calls from user threads and OpenMP workers never share it.
+struct unit_scratch {
+  float *qt, *st, *o, *vpack, *m, *l, *alpha, *lim;
+};
+
+inline index round_up(index x, index m) { return (x + m - 1) / m * m; }
+
+/// Static plan of one call (all sizes derived from the params and the Arch traits).
+struct sdpa_plan {
+  index group = 1;      // G
+  index br = 1;         // queries per unit
+  index rows = 1;       // G·br
+  index rows_pad = 1;   // rounded up to W
+  index dv_pad = 1;     // d_v rounded up to W
+  index q_blocks = 0;   // ceil(t_q / br)
+  index units = 0;      // kv_heads · q_blocks
+  index splits = 1;     // key splits per unit (flash-decoding)
+  index split_len = 0;  // keys per split (multiple of Bc)
+  index offset = 0;     // t_k - t_q (causal alignment)
+  bool pack_v = false;
+  bool interleave = false;  // decode: a task runs every unit over its key split, tile by tile
+  std::size_t scratch_floats = 0;
+};
+
+template <class Arch>
+inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
+  using tr = kernel_traits<Arch>;
+  sdpa_plan pl;
+  pl.group = p.q_heads / p.kv_heads;
+  pl.br = std::max<index>(1, tr::target_rows / pl.group);
+  pl.br = std::min<index>(pl.br, std::max<index>(1, p.t_q));
+  pl.rows = pl.group * pl.br;
+  pl.rows_pad = round_up(pl.rows, tr::width);
+  pl.dv_pad = round_up(p.d_v, tr::width);
+  pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
+  pl.units = p.kv_heads * pl.q_blocks;
+  pl.offset = p.t_k - p.t_q;
+  pl.pack_v = (p.d_v % tr::width) != 0;
+  // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
+  // units. One head's rows are a page apart in a [T, H_kv, D] cache, so a task runs *every* unit
+  // on each key tile in turn and prefetches the next tile of all heads: the cache streams
+  // contiguously at memory bandwidth instead of one page-strided pass per head.
+  // Prefill with few units and many threads: split the keys only to feed the threads.
+  pl.splits = 1;
+  pl.split_len = std::max<index>(p.t_k, 1);
+  pl.interleave = pl.rows <= 2 * tr::width;
+  index want = 1;
+  if (pl.interleave) want = threads > 1 ? 2 * threads : 1;
+  else if (threads > 1 && pl.units < 2 * threads) want = (2 * threads + pl.units - 1) / pl.units;
+  want = std::min(want, p.t_k / tr::min_split_keys);
+  if (want > 1) {
+    pl.split_len = round_up((p.t_k + want - 1) / want, tr::block_keys);
+    pl.splits = (p.t_k + pl.split_len - 1) / pl.split_len;
+  }
+  const index bc = tr::block_keys;
+  pl.scratch_floats = std::size_t(p.d_qk * pl.rows_pad + bc * pl.rows_pad + pl.rows_pad * pl.dv_pad +
+                                  (pl.pack_v ? bc * pl.dv_pad : 0) + 4 * pl.rows_pad) +
+                      8 * 16;
+  return pl;
+}
+
+inline unit_scratch carve(float* base, const sdpa_params& p, const sdpa_plan& pl, index bc) {
+  auto take = [&base](index n) {
+    float* r = base;
+    base += round_up(n, 16);  // keep every array 64-byte aligned
+    return r;
+  };
+  unit_scratch s{};
+  s.qt = take(p.d_qk * pl.rows_pad);
+  s.st = take(bc * pl.rows_pad);
+  s.o = take(pl.rows_pad * pl.dv_pad);
+  s.vpack = pl.pack_v ? take(bc * pl.dv_pad) : nullptr;
+  s.m = take(pl.rows_pad);
+  s.l = take(pl.rows_pad);
+  s.alpha = take(pl.rows_pad);
+  s.lim = take(pl.rows_pad);
+  return s;
+}
+
+/// Calls f(std::integral_constant<int, n>) for a runtime n in [1, N].
+template <int N, class F>
+inline void static_switch(int n, F&& f) {
+  if constexpr (N >= 1) {
+    if (n == N) {
+      f(std::integral_constant<int, N>{});
+      return;
+    }
+    static_switch<N - 1>(n, std::forward<F>(f));
+  }
+}
+
+/// Thread-local scratch of the calling thread (grows, never shrinks).
+inline aligned_buffer& thread_scratch() {
+  static thread_local aligned_buffer buf;
+  return buf;
+}
+/// Split-KV partial states, owned by the calling thread and filled by its OpenMP team:
+///   [unit][split][row_pad] blocks of (dv_pad floats of O, then m, l) = dv_pad + 2 floats per row.
+inline aligned_buffer& thread_partials() {
+  static thread_local aligned_buffer buf;
+  return buf;
+}
+
+inline int resolve_threads(int requested) {
+#ifdef _OPENMP
+  return requested > 0 ? requested : omp_get_max_threads();
+#else
+  (void)requested;
+  return 1;
+#endif
+}
+
+}  // namespace detail
+}  // namespace gattn

@@ -1,0 +1,76 @@
+// The fused kernel's interface: one attention problem over strided views, its epilogue, validation.
+#pragma once
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+
+namespace gattn {
+/// Per-output-row epilogue, applied after O /= l and before the single store.
+struct sdpa_epilogue {
+  norm_kind out_norm = norm_kind::none;  ///< per-head RMSNorm over d_v (weight size d_v; nullptr = 1)
+  const float* out_norm_weight = nullptr;
+  float out_norm_eps = 1e-6f;
+  const float* gate_scores = nullptr;  ///< nullptr = no gate; else pre-activation scores u
+  index gate_token_stride = 0;         ///< u(t, h, c) = gate_scores[t*ts + h*hs + (headwise ? 0 : c)]
+  index gate_head_stride = 0;          ///< 0 = head-shared gate
+  bool gate_headwise = false;
+  activation gate_activation = activation::sigmoid;
+  combine gate_combine = combine::mul;
+};
+
+/// One attention problem over strided views (see the file comment and SPEC §2.5-§2.8).
+struct sdpa_params {
+  index t_q = 0, t_k = 0, q_heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
+  const float* q = nullptr;
+  index q_token_stride = 0, q_head_stride = 0;  ///< q[t*ts + h*hs + c]
+  const float* k = nullptr;
+  index k_token_stride = 0, k_head_stride = 0;  ///< k[j*ts + r*hs + c]
+  const float* v = nullptr;
+  index v_token_stride = 0, v_head_stride = 0;  ///< may alias k (MLA latent cache)
+  float* out = nullptr;
+  index out_token_stride = 0, out_head_stride = 0;
+  float scale = 1.0f;
+  bool causal = true;  ///< bottom-right: key j visible to query i iff j <= i + (t_k - t_q)
+  sdpa_epilogue epilogue;
+  float* lse = nullptr;  ///< optional [q_heads * t_q] at h*t_q + i: log-sum-exp of scaled scores (-inf: no key)
+  int threads = 0;       ///< 0 = OpenMP default, 1 = serial
+};
+
+namespace detail {
+
+/// Throws shape_error naming the field when the parameters cannot describe a valid problem.
+inline void validate(const sdpa_params& p) {
+  require<shape_error>(p.t_q >= 0 && p.t_k >= 0, "fused_sdpa: t_q=", p.t_q, " t_k=", p.t_k, " must be >= 0");
+  require<shape_error>(p.q_heads > 0 && p.kv_heads > 0, "fused_sdpa: q_heads=", p.q_heads,
+                       " kv_heads=", p.kv_heads, " must be > 0");
+  require<shape_error>(p.q_heads % p.kv_heads == 0, "fused_sdpa: q_heads=", p.q_heads,
+                       " is not a multiple of kv_heads=", p.kv_heads);
+  require<shape_error>(p.d_qk > 0 && p.d_v > 0, "fused_sdpa: d_qk=", p.d_qk, " d_v=", p.d_v, " must be > 0");
+  require<shape_error>(p.q_token_stride >= 0 && p.q_head_stride >= 0 && p.k_token_stride >= 0 &&
+                           p.k_head_stride >= 0 && p.v_token_stride >= 0 && p.v_head_stride >= 0 &&
+                           p.out_token_stride >= 0 && p.out_head_stride >= 0,
+                       "fused_sdpa: strides must be >= 0 (q_token_stride=", p.q_token_stride,
+                       " q_head_stride=", p.q_head_stride, " k_token_stride=", p.k_token_stride,
+                       " k_head_stride=", p.k_head_stride, " v_token_stride=", p.v_token_stride,
+                       " v_head_stride=", p.v_head_stride, " out_token_stride=", p.out_token_stride,
+                       " out_head_stride=", p.out_head_stride, ")");
+  if (p.t_q > 0) {
+    require<shape_error>(p.q != nullptr, "fused_sdpa: q is null with t_q=", p.t_q);
+    require<shape_error>(p.out != nullptr, "fused_sdpa: out is null with t_q=", p.t_q);
+  }
+  if (p.t_k > 0) require<shape_error>(p.k != nullptr && p.v != nullptr, "fused_sdpa: k or v is null with t_k=", p.t_k);
+  require<shape_error>(std::isfinite(p.scale), "fused_sdpa: scale=", p.scale, " must be finite");
+  require<shape_error>(p.threads >= 0, "fused_sdpa: threads=", p.threads, " must be >= 0");
+  const sdpa_epilogue& e = p.epilogue;
+  if (e.gate_scores) {
+    require<shape_error>(e.gate_token_stride >= 0 && e.gate_head_stride >= 0,
+                         "fused_sdpa: gate_token_stride=", e.gate_token_stride,
+                         " gate_head_stride=", e.gate_head_stride, " must be >= 0");
+  }
+  require<shape_error>(e.out_norm == norm_kind::none || e.out_norm_eps >= 0.0f,
+                       "fused_sdpa: out_norm_eps=", e.out_norm_eps, " must be >= 0");
+}
+
+}  // namespace detail
+}  // namespace gattn
