@@ -15,6 +15,7 @@
 #include "gattn/kernel/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/kernel/simd.hpp"
+#include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
@@ -171,44 +172,11 @@ inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, cons
   }
 }
 
-/// O[m][c..] = alpha[m]·O[m][c..] + Σ_j P[m][j]·V[j][c..] for MR rows × NV channel vectors
-/// (P row-major [row][key], stride ldp). alpha = nullptr: O += P·V.
+/// Decode's P·V: P row-major [row][key] (stride ldp); alpha = nullptr: O += P·V.
 template <class Arch, int MR, int NV>
 inline void decode_pv(const float* pm, index ldp, index nk, const float* v, index vs, float* o, index ldo,
                       const float* alpha) {
-  using B = simd::batch<float, Arch>;
-  constexpr index W = index(B::size);
-  B acc[MR][NV];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) acc[m][x] = B(0.0f);
-  for (index j = 0; j < nk; ++j) {
-    B vv[NV];
-#pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * vs + x * W);
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const B pb = simd::broadcast<Arch>(pm[m * ldp + j]);
-#pragma GCC unroll 8
-      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(pb, vv[x], acc[m][x]);
-    }
-  }
-  if (alpha) {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const B a = simd::broadcast<Arch>(alpha[m]);
-#pragma GCC unroll 8
-      for (int x = 0; x < NV; ++x)
-        simd::store(o + m * ldo + x * W, simd::fma(simd::load<Arch>(o + m * ldo + x * W), a, acc[m][x]));
-    }
-  } else {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-      for (int x = 0; x < NV; ++x)
-        simd::store(o + m * ldo + x * W, simd::load<Arch>(o + m * ldo + x * W) + acc[m][x]);
-  }
+  pv_accumulate<Arch, MR, NV, false>(pm, ldp, nk, v, vs, o, ldo, alpha);
 }
 
 /// Prefetches the K and V rows of tokens [j0, j0 + n) (all KV heads: one span per token).

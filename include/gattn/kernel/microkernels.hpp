@@ -38,12 +38,13 @@ inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index
     for (int v = 0; v < NV; ++v) simd::store(st + j * lds + v * W, acc[j][v]);
 }
 
-/// O[m][c..] = alpha[m]·O[m][c..] + Σ_j Pᵀ[j][m] · V[j][c..] for MR rows × NV channel vectors.
-/// The tile's sum starts from 0 and is added to alpha·O at the end (blocked summation: the
-/// rounding error grows with Bc + T/Bc instead of T).
-template <class Arch, int MR, int NV>
-inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index vs, float* o, index ldo,
-                     const float* alpha) {
+/// O[m][c..] = alpha[m]·O[m][c..] + Σ_j P(m, j) · V[j][c..] for MR rows × NV channel vectors, with
+/// P(m, j) = p[j·ldp + m] when KeyMajor (the prefill path's Pᵀ) or p[m·ldp + j] (decode's P);
+/// alpha = nullptr: O += P·V. The tile's sum starts from 0 and is added to alpha·O at the end
+/// (blocked summation: the rounding error grows with Bc + T/Bc instead of T).
+template <class Arch, int MR, int NV, bool KeyMajor>
+inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, index vs, float* o, index ldo,
+                          const float* alpha) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
   B acc[MR][NV];
@@ -57,18 +58,25 @@ inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index
     for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * vs + x * W);
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
-      const B pb = simd::broadcast<Arch>(pt[j * ldp + m]);
+      const B pb = simd::broadcast<Arch>(KeyMajor ? p[j * ldp + m] : p[m * ldp + j]);
 #pragma GCC unroll 8
       for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(pb, vv[x], acc[m][x]);
     }
   }
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
-    const B a = simd::broadcast<Arch>(alpha[m]);
+    const B a = simd::broadcast<Arch>(alpha ? alpha[m] : 1.0f);
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x)
       simd::store(o + m * ldo + x * W, simd::fma(simd::load<Arch>(o + m * ldo + x * W), a, acc[m][x]));
   }
+}
+
+/// The prefill path's P·V: P stored transposed, Pᵀ[j][m].
+template <class Arch, int MR, int NV>
+inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index vs, float* o, index ldo,
+                     const float* alpha) {
+  pv_accumulate<Arch, MR, NV, true>(pt, ldp, nk, v, vs, o, ldo, alpha);
 }
 
 }  // namespace detail
