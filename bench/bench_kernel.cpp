@@ -1,7 +1,8 @@
 // Benchmarks of the fused SDPA-then-gate kernel (BENCH.md contract): kernel/<shape>/<variant>/t:<n>
 // for P1, P2, D1, M1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
 // tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
-// limits/gemm/t:<n> (Eigen GEMM) and limits/read/t:<n> (read bandwidth over 2 GiB).
+// limits/gemm/t:<n> (Eigen GEMM), limits/read/t:<n> (read bandwidth over 2 GiB) and
+// limits/fma/t:<n> (the FMA peak of register-only chains).
 // M1 (MLA absorbed decode): one latent KV head of d_qk = 576 (512 + 64 rope) per token, v = the
 // first 512 channels of the same rows (aliasing), 16 query heads. Its `unfused` variant is the
 // expanded, non-absorbed decode: per call, k_nope and v of every head are rebuilt from the latent
@@ -24,6 +25,7 @@
 #include <omp.h>
 #endif
 
+#include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
 
 namespace {
@@ -53,7 +55,8 @@ const shape k_shapes[] = {
     {"S4096", 4096, 4096, 16, 4, 128, false}, {"S8192", 8192, 8192, 16, 4, 128, false},
 };
 
-void fill(std::vector<float>& v, unsigned seed) {
+template <class Vec>
+void fill(Vec& v, unsigned seed) {
   std::mt19937 g(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& x : v) x = nd(g);
@@ -65,7 +68,8 @@ struct inputs {
   shape s;
   index caches = 1;
   std::vector<float> q, u_elem, u_head, out;
-  std::vector<std::vector<float>> k, v;
+  // Caches allocated as gattn::kv_cache allocates them (huge-page backed, core/memory.hpp).
+  std::vector<gattn::streamed_vector<float>> k, v;
   explicit inputs(const shape& sh) : s(sh) {
     caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / s.cache_bytes())) : 1;
     caches = std::max<index>(caches, s.decode ? 2 : 1);
@@ -256,9 +260,42 @@ void bm_gemm(benchmark::State& st, int threads) {
   st.counters["GFLOPS"] = benchmark::Counter(2.0 * double(n) * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The FMA peak: 16 independent accumulator chains per thread, each with its own multiplier so
+/// the compiler cannot merge them, no memory traffic. The ceiling for compute-bound shapes (M1).
+void bm_fma(benchmark::State& st, int threads) {
+  using B = gattn::simd::batch<float, gattn::default_arch>;
+  constexpr int chains = 16;
+  constexpr long steps = 1 << 22;
+  for (auto _ : st) {
+    float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      B acc[chains], mul[chains];
+      const B add(1e-7f);
+#pragma GCC unroll 16
+      for (int c = 0; c < chains; ++c) {
+        acc[c] = B(0.001f * float(c));
+        mul[c] = B(0.9999f - 1e-5f * float(c));
+      }
+      for (long i = 0; i < steps; ++i) {
+#pragma GCC unroll 16
+        for (int c = 0; c < chains; ++c) acc[c] = gattn::simd::fma(acc[c], mul[c], add);
+      }
+      B sum(0.0f);
+#pragma GCC unroll 16
+      for (int c = 0; c < chains; ++c) sum += acc[c];
+      total += gattn::simd::hadd(sum);
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  const double flop = 2.0 * double(B::size) * chains * double(steps) * threads;
+  st.counters["GFLOPS"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void bm_read(benchmark::State& st, int threads) {
   const std::size_t n = std::size_t(2) << 30 >> 2;  // 2 GiB of floats
-  static std::vector<float> buf;
+  // Huge-page backed like the decode caches, so the ratio compares like with like.
+  static gattn::streamed_vector<float> buf;
   if (buf.size() != n) {
     buf.assign(n, 1.0f);
   }
@@ -296,6 +333,8 @@ int register_all() {
     benchmark::RegisterBenchmark(("limits/gemm/t:" + std::to_string(t)).c_str(), bm_gemm, t)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("limits/read/t:" + std::to_string(t)).c_str(), bm_read, t)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("limits/fma/t:" + std::to_string(t)).c_str(), bm_fma, t)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   for (const shape& s : k_shapes)

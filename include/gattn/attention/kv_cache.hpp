@@ -5,6 +5,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/memory.hpp"
 #include "gattn/core/types.hpp"
 
 namespace gattn {
@@ -70,7 +71,7 @@ class kv_cache {
 
  private:
   index capacity_ = 0, key_width_ = 0, value_width_ = 0, size_ = 0;
-  std::vector<float> keys_, values_;
+  streamed_vector<float> keys_, values_;  // huge-page backed: decode streams them
   layer_workspace workspace_;
 };
 

@@ -17,6 +17,7 @@
 #include "gattn/kernel/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/prefetch.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
@@ -30,17 +31,18 @@ namespace detail {
 // scores are dot products along d: a microkernel keeps RB rows × KB keys of accumulators in
 // registers, streams the KB key rows once (the RB query rows come from L1) and reduces the RB·KB
 // accumulators with one haddp. Keys go in blocks of Bc: for each group of KB tokens the kernel
-// visits every KV head, so a [T, H_kv, D] cache is read token row by token row (contiguously; the
-// hardware prefetcher sees a plain stream and the next block is software-prefetched). Then an
+// visits every KV head, so a [T, H_kv, D] cache is read token group by token group. Then an
 // online softmax per row along the block (scores stored [row][key]) and O = alpha·O + P·V, again
 // token group by token group across all KV heads, with O in L1/L2 scratch. Keys are split across
 // threads (flash-decoding, 4 splits per thread, dynamic schedule); the partial (O, m, l) of the
 // splits are merged in split order (deterministic for a fixed thread count).
-// Measured here (BENCH.md machine, loaded): the path is compute-bound when the cache is hot
-// (D1 ≈ 28 GB/s-equivalent, M1 ≈ 92 GFLOP/s ≈ the FMA rate a thread gets) and, cold, pays the
-// memory time on top (software prefetch of the next block, distance 1-4 blocks, T0/T2/NTA hints,
-// and huge pages made no measurable difference). M1 does 15 flop per cache byte, so fp32 M1
-// cannot reach the read bandwidth on this CPU: it is bounded by the FMA rate.
+// Memory (measured on the BENCH.md machine): each microkernel call reads one head's slice of
+// several token rows, i.e. several 4 KiB pages interleaved, and the hardware prefetchers lose such
+// streams: a synthetic stream with the same compute ran at 25 GB/s read in address order and at
+// 11-13 GB/s with 2-4 pages interleaved, which is where the cold D1 sat. So both loops walk a
+// software prefetch through the K and V rows in address order, one key block ahead, a share per
+// call (cache_stream): D1 went from about 5 ms to about 3.5 ms at one thread. M1 does 15 flop per
+// cache byte: in fp32 it is bounded by the FMA rate (limits/fma), not by the read bandwidth.
 
 /// Plan of the decode path.
 struct decode_plan {
@@ -179,19 +181,37 @@ inline void decode_pv(const float* pm, index ldp, index nk, const float* v, inde
   pv_accumulate<Arch, MR, NV, false>(pm, ldp, nk, v, vs, o, ldo, alpha);
 }
 
-/// Prefetches the K and V rows of tokens [j0, j0 + n) (all KV heads: one span per token).
-inline void decode_prefetch(const sdpa_params& p, index j0, index n) {
-  const index kspan = ((p.kv_heads - 1) * p.k_head_stride + p.d_qk) * index(sizeof(float));
-  const index vspan = ((p.kv_heads - 1) * p.v_head_stride + p.d_v) * index(sizeof(float));
-  const bool v_in_k = p.v == p.k && p.v_token_stride == p.k_token_stride && vspan <= kspan;
-  for (index j = j0; j < j0 + n; ++j) {
-    const char* kr = reinterpret_cast<const char*>(p.k + j * p.k_token_stride);
-    for (index b = 0; b < kspan; b += 64) __builtin_prefetch(kr + b, 0, 1);
-    if (v_in_k) continue;
-    const char* vr = reinterpret_cast<const char*>(p.v + j * p.v_token_stride);
-    for (index b = 0; b < vspan; b += 64) __builtin_prefetch(vr + b, 0, 1);
+/// A token-major stream of the cache (K or V): a row of `span` bytes every `stride` bytes.
+struct cache_stream {
+  const char* base = nullptr;
+  index stride = 0, span = 0, tokens = 0;  // rows [0, tokens) exist
+  index ahead = 0;                          // prefetch distance in tokens
+
+  cache_stream(const float* p, index token_stride, index heads, index head_stride, index d, index t_k) {
+    base = reinterpret_cast<const char*>(p);
+    stride = token_stride * index(sizeof(float));
+    span = ((heads - 1) * head_stride + d) * index(sizeof(float));
+    tokens = t_k;
+    ahead = std::max<index>(1, (decode_prefetch_bytes + span - 1) / span);
   }
-}
+
+  /// Prefetches (into L2) the bytes [from, to) of the rows of tokens t + ahead, t + ahead + 1, ...
+  /// taken as one concatenated range. Callers walk the range in address order as they consume
+  /// the rows `ahead` tokens earlier: on the BENCH.md machine the hardware prefetchers lose a
+  /// stream as soon as the reads interleave rows of different 4 KiB pages (the decode loops read
+  /// a head's slice of several tokens at a time), and a cold D1 then ran at half the read rate.
+  void prefetch(index t, index from, index to) const {
+    index tok = t + ahead + from / span, off = from % span;
+    for (index b = from; b < to && tok < tokens; b += 64) {
+      prefetch_l2(base + tok * stride + off);
+      off += 64;
+      if (off >= span) {
+        off -= span;
+        ++tok;
+      }
+    }
+  }
+};
 
 /// Visible-key count of decode row m (query m / G).
 inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
@@ -223,20 +243,19 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   alignas(64) float iota[64];
   for (index t = 0; t < 64; ++t) iota[t] = float(t);
   const index nvo = pl.dv_pad / W;
-  constexpr index pf_dist = 1;  // blocks ahead
-  decode_prefetch(p, k_begin, std::min(pf_dist * bc, k_end - k_begin));
+  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_end);
+  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_end);
+  // V rows inside the K rows (the MLA latent cache): the K stream has fetched them already.
+  const bool v_in_k = p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride;
   for (index j0 = k_begin; j0 < k_end; j0 += bc) {
     const index nk = std::min(bc, k_end - j0);
-    const index pf0 = j0 + pf_dist * bc;  // this block prefetches [pf0, pf0 + next)
-    const index next = std::max<index>(0, std::min(bc, k_end - pf0));
     // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
     const float* kp[64];
     for (index t0 = 0; t0 < nk; t0 += kb) {
-      if (next > 0) {
-        const index a = t0 * next / nk, b = std::min(next, (t0 + kb) * next / nk);
-        if (b > a) decode_prefetch(p, pf0 + a, b - a);
-      }
       for (index r = 0; r < p.kv_heads; ++r) {
+        // This head's share of the group's rows, `ahead` tokens later (address order).
+        const index group_bytes = std::min(kb, nk - t0) * ks.span;
+        ks.prefetch(j0 + t0, r * group_bytes / p.kv_heads, (r + 1) * group_bytes / p.kv_heads);
         for (index t = 0; t < kb; ++t)
           kp[t] = p.k + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
         index m = 0;
@@ -287,6 +306,10 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
     for (index g0 = 0; g0 < nk; g0 += tg) {
       const index ng = std::min(tg, nk - g0);
       for (index r = 0; r < p.kv_heads; ++r) {
+        if (!v_in_k) {
+          const index group_bytes = ng * vs_stream.span;
+          vs_stream.prefetch(j0 + g0, r * group_bytes / p.kv_heads, (r + 1) * group_bytes / p.kv_heads);
+        }
         const float* vt = p.v + (j0 + g0) * p.v_token_stride + r * p.v_head_stride;
         index vs = p.v_token_stride;
         if (pl.pack_v) {

@@ -15,6 +15,7 @@
 #include "gattn/kernel/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/prefetch.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/kernel/vector_ops.hpp"
@@ -32,8 +33,8 @@ inline void prefetch_keys(const sdpa_params& p, index j0, index n) {
   for (index j = 0; j < n; ++j) {
     const char* kr = reinterpret_cast<const char*>(p.k + (j0 + j) * p.k_token_stride);
     const char* vr = reinterpret_cast<const char*>(p.v + (j0 + j) * p.v_token_stride);
-    for (index b = 0; b < kspan * index(sizeof(float)); b += 64) __builtin_prefetch(kr + b);
-    for (index b = 0; b < vspan * index(sizeof(float)); b += 64) __builtin_prefetch(vr + b);
+    for (index b = 0; b < kspan * index(sizeof(float)); b += 64) prefetch_l2(kr + b);
+    for (index b = 0; b < vspan * index(sizeof(float)); b += 64) prefetch_l2(vr + b);
   }
 }
 

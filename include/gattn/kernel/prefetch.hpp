@@ -1,0 +1,21 @@
+// Software prefetch that the compiler keeps.
+#pragma once
+
+namespace gattn {
+namespace detail {
+
+/// Prefetches the line holding `p` into L2. Inline asm, because GCC deletes a loop whose body is
+/// only __builtin_prefetch (the builtin counts as free of side effects, and C++ loops without side
+/// effects may be assumed to terminate and removed: -ffinite-loops).
+inline void prefetch_l2(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("prefetcht2 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__aarch64__)
+  __asm__ volatile("prfm pldl2keep, [%0]" : : "r"(p));
+#else
+  __builtin_prefetch(p, 0, 1);
+#endif
+}
+
+}  // namespace detail
+}  // namespace gattn
