@@ -201,7 +201,15 @@ struct cache_stream {
   /// stream as soon as the reads interleave rows of different 4 KiB pages (the decode loops read
   /// a head's slice of several tokens at a time), and a cold D1 then ran at half the read rate.
   void prefetch(index t, index from, index to) const {
-    index tok = t + ahead + from / span, off = from % span;
+    const index t0 = t + ahead;
+    if (t0 >= tokens) return;
+    if (stride == span) {  // rows back to back: one linear range, no per-line bookkeeping
+      const index end = std::min(to, (tokens - t0) * span);
+      const char* row = base + t0 * stride;
+      for (index b = from; b < end; b += 64) prefetch_l2(row + b);
+      return;
+    }
+    index tok = t0 + from / span, off = from % span;
     for (index b = from; b < to && tok < tokens; b += 64) {
       prefetch_l2(base + tok * stride + off);
       off += 64;
