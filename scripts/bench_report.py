@@ -62,11 +62,19 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GFLOPS") / get(f"limits/gemm/t:{t}", "GFLOPS"), "≥ 0.85")
         ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.01")
+        ratio_row(f"{shape} fused gated GFLOP/s / limits/fma (FMA peak)",
+                  lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GFLOPS") / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     for shape in ("D1", "M1"):
         ratio_row(f"{shape} fused gated GB/s / limits/read",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "≥ 0.8")
         ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.03")
+    # M1 is bounded by the FMA rate: 2·T·H·(d_qk + d_v) FLOP per call against limits/fma.
+    m1_flop = 2.0 * 8192 * 16 * (576 + 512)
+    ratio_row("M1 fused gated GFLOP/s / limits/fma (FMA peak)",
+              lambda t: m1_flop / (get(f"kernel/M1/g1_elementwise/t:{t}", "ms") * 1e6) / get(f"limits/fma/t:{t}", "GFLOPS"), "")
+    ratio_row("M1 best possible GB/s at limits/fma / limits/read",
+              lambda t: get(f"limits/fma/t:{t}", "GFLOPS") * 1e9 / m1_flop * 8192 * 576 * 4 / 1e9 / get(f"limits/read/t:{t}", "GBps"), "")
     for shape in ("P1", "P2"):
         ratio_row(f"{shape} 2-thread speed-up (gated)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
