@@ -181,46 +181,6 @@ inline void decode_pv(const float* pm, index ldp, index nk, const float* v, inde
   pv_accumulate<Arch, MR, NV, false>(pm, ldp, nk, v, vs, o, ldo, alpha);
 }
 
-/// A token-major stream of the cache (K or V): a row of `span` bytes every `stride` bytes.
-struct cache_stream {
-  const char* base = nullptr;
-  index stride = 0, span = 0, tokens = 0;  // rows [0, tokens) exist
-  index ahead = 0;                          // prefetch distance in tokens
-
-  cache_stream(const float* p, index token_stride, index heads, index head_stride, index d, index t_k) {
-    base = reinterpret_cast<const char*>(p);
-    stride = token_stride * index(sizeof(float));
-    span = ((heads - 1) * head_stride + d) * index(sizeof(float));
-    tokens = t_k;
-    ahead = std::max<index>(1, (decode_prefetch_bytes + span - 1) / span);
-  }
-
-  /// Prefetches (into L2) the bytes [from, to) of the rows of tokens t + ahead, t + ahead + 1, ...
-  /// taken as one concatenated range. Callers walk the range in address order as they consume
-  /// the rows `ahead` tokens earlier: on the BENCH.md machine the hardware prefetchers lose a
-  /// stream as soon as the reads interleave rows of different 4 KiB pages (the decode loops read
-  /// a head's slice of several tokens at a time), and a cold D1 then ran at half the read rate.
-  void prefetch(index t, index from, index to) const {
-    const index t0 = t + ahead;
-    if (t0 >= tokens) return;
-    if (stride == span) {  // rows back to back: one linear range, no per-line bookkeeping
-      const index end = std::min(to, (tokens - t0) * span);
-      const char* row = base + t0 * stride;
-      for (index b = from; b < end; b += 64) prefetch_l2(row + b);
-      return;
-    }
-    index tok = t0 + from / span, off = from % span;
-    for (index b = from; b < to && tok < tokens; b += 64) {
-      prefetch_l2(base + tok * stride + off);
-      off += 64;
-      if (off >= span) {
-        off -= span;
-        ++tok;
-      }
-    }
-  }
-};
-
 /// Visible-key count of decode row m (query m / G).
 inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
   return p.causal ? std::clamp<index>(m / pl.group + pl.offset + 1, 0, p.t_k) : p.t_k;
@@ -251,19 +211,17 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   alignas(64) float iota[64];
   for (index t = 0; t < 64; ++t) iota[t] = float(t);
   const index nvo = pl.dv_pad / W;
-  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_end);
-  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_end);
-  // V rows inside the K rows (the MLA latent cache): the K stream has fetched them already.
-  const bool v_in_k = p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride;
+  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_end, decode_prefetch_bytes);
+  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_end,
+                               decode_prefetch_bytes);
+  const bool v_in_k = v_inside_k(p);
   for (index j0 = k_begin; j0 < k_end; j0 += bc) {
     const index nk = std::min(bc, k_end - j0);
     // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
     const float* kp[64];
     for (index t0 = 0; t0 < nk; t0 += kb) {
       for (index r = 0; r < p.kv_heads; ++r) {
-        // This head's share of the group's rows, `ahead` tokens later (address order).
-        const index group_bytes = std::min(kb, nk - t0) * ks.span;
-        ks.prefetch(j0 + t0, r * group_bytes / p.kv_heads, (r + 1) * group_bytes / p.kv_heads);
+        ks.prefetch_share(j0 + t0, std::min(kb, nk - t0), r, p.kv_heads);  // this head's share
         for (index t = 0; t < kb; ++t)
           kp[t] = p.k + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
         index m = 0;
@@ -314,21 +272,10 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
     for (index g0 = 0; g0 < nk; g0 += tg) {
       const index ng = std::min(tg, nk - g0);
       for (index r = 0; r < p.kv_heads; ++r) {
-        if (!v_in_k) {
-          const index group_bytes = ng * vs_stream.span;
-          vs_stream.prefetch(j0 + g0, r * group_bytes / p.kv_heads, (r + 1) * group_bytes / p.kv_heads);
-        }
+        if (!v_in_k) vs_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
         const float* vt = p.v + (j0 + g0) * p.v_token_stride + r * p.v_head_stride;
         index vs = p.v_token_stride;
-        if (pl.pack_v) {
-          for (index j = 0; j < ng; ++j) {
-            float* dst = sc.vpack + j * pl.dv_pad;
-            std::memcpy(dst, vt + j * p.v_token_stride, sizeof(float) * std::size_t(p.d_v));
-            std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
-          }
-          vt = sc.vpack;
-          vs = pl.dv_pad;
-        }
+        if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, ng, p.d_v, pl.dv_pad, sc.vpack, vs);
         for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
           const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
           for (index m = 0; m < R; m += tr::pv_mr) {

@@ -124,14 +124,17 @@ void fused_sdpa(const sdpa_params& p) {
       kend = std::max(kend, std::min(ke, info[std::size_t(u)].max_lim));
     }
     constexpr index bc = tr::block_keys;
-    detail::prefetch_keys(p, kb, std::min(bc, kend - kb));
+    // The next tile's K and V rows, prefetched in address order, a share per unit's work.
+    detail::cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, kend, 0);
+    detail::cache_stream vs(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, kend, 0);
+    ks.ahead = vs.ahead = bc;
+    const bool v_in_k = detail::v_inside_k(p);
+    ks.prefetch_share(kb - bc, bc, 0, 1);
+    if (!v_in_k) vs.prefetch_share(kb - bc, bc, 0, 1);
     for (index j0 = kb; j0 < kend; j0 += bc) {
-      // Prefetch the next tile spread over the units' work (a burst of thousands of prefetches
-      // would overflow the miss queue and be dropped).
-      const index next = std::min(bc, kend - j0 - bc), per_unit = (next + pl.units - 1) / pl.units;
       for (index u = 0; u < pl.units; ++u) {
-        const index a = std::min(next, u * per_unit);
-        detail::prefetch_keys(p, j0 + bc + a, std::min(next, a + per_unit) - a);
+        ks.prefetch_share(j0, bc, u, pl.units);
+        if (!v_in_k) vs.prefetch_share(j0, bc, u, pl.units);
         const index ke_u = std::min(ke, info[std::size_t(u)].max_lim);
         if (j0 < ke_u) detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, ke_u - j0));
       }

@@ -23,19 +23,22 @@
 namespace gattn {
 namespace detail {
 
-/// Software prefetch of keys [j0, j0 + n): the K and V rows of every KV head (a contiguous span
-/// per token in a [T, H_kv, D] cache). Decode reads each byte once with little arithmetic; one
-/// head's rows are a page apart, which defeats the hardware prefetchers, so the interleaved decode
-/// path asks for the next tile of all heads while it computes the current one.
-inline void prefetch_keys(const sdpa_params& p, index j0, index n) {
-  const index kspan = (p.kv_heads - 1) * p.k_head_stride + p.d_qk;
-  const index vspan = (p.kv_heads - 1) * p.v_head_stride + p.d_v;
+/// True when the V rows lie inside the K rows (the MLA latent cache): a K prefetch covers V.
+inline bool v_inside_k(const sdpa_params& p) {
+  return p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride;
+}
+
+/// Copies n V rows (stride vs) into `pack` as rows of dv_pad floats, zero-padded past d_v, so the
+/// P·V microkernel can read whole vectors; returns `pack` and sets `pack_stride` = dv_pad.
+inline const float* pack_v_tile(const float* v, index vs, index n, index d_v, index dv_pad, float* pack,
+                                index& pack_stride) {
   for (index j = 0; j < n; ++j) {
-    const char* kr = reinterpret_cast<const char*>(p.k + (j0 + j) * p.k_token_stride);
-    const char* vr = reinterpret_cast<const char*>(p.v + (j0 + j) * p.v_token_stride);
-    for (index b = 0; b < kspan * index(sizeof(float)); b += 64) prefetch_l2(kr + b);
-    for (index b = 0; b < vspan * index(sizeof(float)); b += 64) prefetch_l2(vr + b);
+    float* dst = pack + j * dv_pad;
+    std::memcpy(dst, v + j * vs, sizeof(float) * std::size_t(d_v));
+    std::fill(dst + d_v, dst + dv_pad, 0.0f);
   }
+  pack_stride = dv_pad;
+  return pack;
 }
 
 /// What unit_begin learns about a unit: its valid rows and the range of visible-key counts.
@@ -132,15 +135,7 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
     // 3. O = alpha·O + P·V_tile
     const float* vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
     index vs = p.v_token_stride;
-    if (pl.pack_v) {
-      for (index j = 0; j < nk; ++j) {
-        float* dst = sc.vpack + j * pl.dv_pad;
-        std::memcpy(dst, vt + j * p.v_token_stride, sizeof(float) * std::size_t(p.d_v));
-        std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
-      }
-      vt = sc.vpack;
-      vs = pl.dv_pad;
-    }
+    if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, vs);
     const index nvo = pl.dv_pad / W;
     for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
       const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
