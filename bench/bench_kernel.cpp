@@ -10,6 +10,7 @@
 // shared k_rope] (192 channels), then the unfused baseline per head (d_qk 192, d_v 128) and the
 // elementwise gate. GBps of every decode variant counts the bytes of the cache itself (K + V for
 // GQA, the latent rows once for M1), so the variants compare at equal work.
+// GQA decode shapes also run g1_elementwise_head_major: the same caches viewed as [H_kv, T, D].
 // Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3).
 #include <benchmark/benchmark.h>
 
@@ -34,6 +35,9 @@ using gattn::index;
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using StridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 using StridedMapMut = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
+
+/// Extra GQA decode variant: g1_elementwise with a head-major cache view.
+const std::string head_major = "g1_elementwise_head_major";
 
 struct shape {
   const char* name;
@@ -100,11 +104,15 @@ struct inputs {
     } else {
       p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * dv; p.v_head_stride = dv;
     }
+    if (variant == head_major) {  // the same buffers read as [H_kv, T, D] (Hugging Face's layout)
+      p.k_token_stride = s.d; p.k_head_stride = s.t_k * s.d;
+      p.v_token_stride = dv; p.v_head_stride = s.t_k * dv;
+    }
     p.out = out.data(); p.out_token_stride = s.hq * dv; p.out_head_stride = dv;
     p.scale = 1.0f / std::sqrt(float(s.d));
     p.causal = true;
     p.threads = threads;
-    if (variant == "g1_elementwise") {
+    if (variant == "g1_elementwise" || variant == head_major) {
       p.epilogue.gate_scores = u_elem.data();
       p.epilogue.gate_token_stride = s.hq * dv;
       p.epilogue.gate_head_stride = dv;
@@ -343,6 +351,12 @@ int register_all() {
         const std::string name = std::string("kernel/") + s.name + "/" + variant + "/t:" + std::to_string(t);
         benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, std::string(variant), t)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
+  for (const shape& s : k_shapes)
+    if (s.decode && !s.mla)
+      for (int t : {1, 2}) {
+        const std::string name = std::string("kernel/") + s.name + "/" + head_major + "/t:" + std::to_string(t);
+        benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, head_major, t)->UseRealTime()->Unit(benchmark::kMillisecond);
       }
   return 0;
 }

@@ -69,6 +69,8 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "≥ 0.8")
         ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.03")
+    ratio_row("D1 head-major cache view GB/s / limits/read",
+              lambda t: get(f"kernel/D1/g1_elementwise_head_major/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "")
     # M1 is bounded by the FMA rate: 2·T·H·(d_qk + d_v) FLOP per call against limits/fma.
     m1_flop = 2.0 * 8192 * 16 * (576 + 512)
     ratio_row("M1 fused gated GFLOP/s / limits/fma (FMA peak)",

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 
 #include "gattn/core/types.hpp"
 
@@ -21,53 +22,73 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
-/// A token-major stream of the cache (K or V): a row of `span` bytes every `stride` bytes.
+/// The K or V cache as the kernel reads it: for token t and head h, a slice of d floats at
+/// p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
+/// head-major ones ([H, T, D], Hugging Face's) are both views of this kind.
 struct cache_stream {
   const char* base = nullptr;
-  index stride = 0, span = 0, tokens = 0;  // rows [0, tokens) exist
+  index tokens = 0;                         // tokens [0, tokens) exist
+  index heads = 1;                          // distinct head slices per token
+  index token_bytes = 0, head_bytes = 0;    // strides in bytes
+  index slice_bytes = 0;                    // d floats
+  bool heads_outer = false;                 // address order: head by head (head-major layouts)
   index ahead = 0;                          // prefetch distance in tokens
 
-  /// Rows of `heads` heads of d floats; `ahead_bytes` of rows ahead (at least one token).
-  cache_stream(const float* p, index token_stride, index heads, index head_stride, index d, index t_k,
+  /// `ahead_bytes` of slices ahead (at least one token). A zero head stride (MLA's one latent
+  /// row read by every head) is one slice per token.
+  cache_stream(const float* p, index token_stride, index n_heads, index head_stride, index d, index t_k,
                index ahead_bytes) {
     base = reinterpret_cast<const char*>(p);
-    stride = token_stride * index(sizeof(float));
-    span = ((heads - 1) * head_stride + d) * index(sizeof(float));
     tokens = t_k;
-    ahead = std::max<index>(1, (ahead_bytes + span - 1) / span);
+    heads = head_stride == 0 ? 1 : n_heads;
+    token_bytes = token_stride * index(sizeof(float));
+    head_bytes = head_stride * index(sizeof(float));
+    slice_bytes = d * index(sizeof(float));
+    heads_outer = heads > 1 && head_bytes > token_bytes;
+    const index per_token = heads * slice_bytes;
+    ahead = std::max<index>(1, (ahead_bytes + per_token - 1) / per_token);
   }
 
-  /// Prefetches (into L2) the bytes [from, to) of the rows of tokens t + ahead, t + ahead + 1, ...
-  /// taken as one concatenated range. Callers walk the range in address order as they consume
-  /// the rows `ahead` tokens earlier: on the BENCH.md machine the hardware prefetchers lose a
-  /// stream as soon as the reads interleave rows of different 4 KiB pages (the kernel reads one
-  /// head's slice of several tokens at a time), and a cold D1 then ran at half the read rate.
-  void prefetch(index t, index from, index to) const {
+  /// Calls f(line) for the 64-byte lines of share `part` of `parts` of the slices of the n tokens
+  /// from t + ahead (those that exist), taken in address order and merged into runs where they
+  /// are contiguous. The shares of all parts cover exactly the lines of those slices, so the work
+  /// per call is bounded by the bytes it reads (whatever the layout).
+  template <class F>
+  void for_each_line(index t, index n, index part, index parts, F&& f) const {
     const index t0 = t + ahead;
-    if (t0 >= tokens) return;
-    if (stride == span) {  // rows back to back: one linear range, no per-line bookkeeping
-      const index end = std::min(to, (tokens - t0) * span);
-      const char* row = base + t0 * stride;
-      for (index b = from; b < end; b += 64) prefetch_l2(row + b);
-      return;
-    }
-    index tok = t0 + from / span, off = from % span;
-    for (index b = from; b < to && tok < tokens; b += 64) {
-      prefetch_l2(base + tok * stride + off);
-      off += 64;
-      if (off >= span) {
-        off -= span;
-        ++tok;
+    n = std::min(n, tokens - t0);
+    if (n <= 0 || parts <= 0) return;
+    const index total = n * heads, s_end = (part + 1) * total / parts;
+    const char* run = nullptr;
+    index run_len = 0;
+    auto flush = [&] {
+      const auto first = reinterpret_cast<std::uintptr_t>(run) & ~std::uintptr_t(63);
+      const auto last = reinterpret_cast<std::uintptr_t>(run) + std::uintptr_t(run_len);
+      for (std::uintptr_t a = first; a < last; a += 64) f(reinterpret_cast<const char*>(a));
+    };
+    for (index s = part * total / parts; s < s_end; ++s) {
+      const index tok = heads_outer ? t0 + s % n : t0 + s / heads;
+      const index h = heads_outer ? s / n : s % heads;
+      const char* a = base + tok * token_bytes + h * head_bytes;
+      if (run != nullptr && a == run + run_len) {
+        run_len += slice_bytes;
+        continue;
       }
+      if (run != nullptr) flush();
+      run = a;
+      run_len = slice_bytes;
     }
+    if (run != nullptr) flush();
   }
 
-  /// Share `part` of `parts` of the rows of n tokens from t (ahead): callers that split one
-  /// token group's work into `parts` calls prefetch an equal, address-ordered share per call
-  /// (a burst of the whole group would overflow the miss queue).
+  /// Prefetches (into L2) share `part` of `parts` of the slices of the n tokens from t + ahead.
+  /// Callers that split one token group's work into `parts` calls prefetch an equal,
+  /// address-ordered share per call, as they consume the slices `ahead` tokens earlier (a burst
+  /// of the whole group would overflow the miss queue). On the BENCH.md machine the hardware
+  /// prefetchers lose a stream as soon as the reads interleave slices of different 4 KiB pages,
+  /// and a cold D1 then ran at half the read rate.
   void prefetch_share(index t, index n, index part, index parts) const {
-    const index bytes = n * span;
-    prefetch(t, part * bytes / parts, (part + 1) * bytes / parts);
+    for_each_line(t, n, part, parts, [](const char* line) { prefetch_l2(line); });
   }
 };
 

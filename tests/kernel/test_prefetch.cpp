@@ -1,0 +1,84 @@
+// The cache stream's prefetch schedule: for every layout the shares of one token group cover
+// exactly the lines of the slices the kernel reads `ahead` tokens later, in address order, and
+// never reach past the view. (A head-major view once made every call walk the whole cache.)
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "gattn/kernel/prefetch.hpp"
+
+namespace {
+
+using gattn::index;
+using gattn::detail::cache_stream;
+
+struct layout {
+  const char* name;
+  index heads, d, token_stride, head_stride;  // in floats
+};
+
+// Lines of the slices of tokens [t0, t0 + n) that a kernel reads.
+std::set<std::uintptr_t> expected_lines(const float* base, const layout& l, index t0, index n) {
+  std::set<std::uintptr_t> lines;
+  const index heads = l.head_stride == 0 ? 1 : l.heads;
+  for (index t = t0; t < t0 + n; ++t)
+    for (index h = 0; h < heads; ++h) {
+      const float* slice = base + t * l.token_stride + h * l.head_stride;
+      for (index c = 0; c < l.d; ++c) lines.insert(reinterpret_cast<std::uintptr_t>(slice + c) & ~std::uintptr_t(63));
+    }
+  return lines;
+}
+
+class CacheStream : public ::testing::TestWithParam<layout> {};
+
+TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) {
+  const layout l = GetParam();
+  const index t_k = 50;
+  const index floats = (t_k - 1) * l.token_stride + (l.heads - 1) * l.head_stride + l.d;
+  std::vector<float> cache(std::size_t(floats) + 16);
+  const float* base = cache.data() + 3;  // slices need not start on a line
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + floats);
+  for (index ahead_bytes : {index(0), index(4096), index(1) << 17}) {
+    const cache_stream s(base, l.token_stride, l.heads, l.head_stride, l.d, t_k, ahead_bytes);
+    ASSERT_GE(s.ahead, 1);
+    for (index t : {index(0), index(7), index(44), index(49)}) {
+      for (index n : {index(1), index(4), index(8)}) {
+        for (index parts : {index(1), index(3), l.heads}) {
+          std::set<std::uintptr_t> got;
+          std::uintptr_t previous = 0;
+          std::size_t visits = 0;
+          for (index part = 0; part < parts; ++part)
+            s.for_each_line(t, n, part, parts, [&](const char* line) {
+              const auto a = reinterpret_cast<std::uintptr_t>(line);
+              EXPECT_EQ(a % 64, 0u);
+              EXPECT_GE(a, lo);
+              EXPECT_LT(a, hi);
+              // Address order across the shares (a run may revisit the line it starts in).
+              EXPECT_GE(a + 64, previous) << l.name;
+              previous = std::max(previous, a);
+              got.insert(a);
+              ++visits;
+            });
+          const index t0 = t + s.ahead, in_view = std::max<index>(0, std::min(n, t_k - t0));
+          const std::set<std::uintptr_t> want = expected_lines(base, l, t0, in_view);
+          EXPECT_EQ(got, want) << l.name << " t=" << t << " n=" << n << " parts=" << parts;
+          // Bounded by the bytes read: at most one extra line per slice (a slice that straddles lines).
+          const index slices = in_view * (l.head_stride == 0 ? 1 : l.heads);
+          EXPECT_LE(visits, want.size() + std::size_t(slices)) << l.name;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, CacheStream,
+    ::testing::Values(layout{"token_major", 8, 16, 8 * 16, 16}, layout{"token_major_padded", 4, 20, 4 * 20 + 12, 20},
+                      layout{"head_major", 4, 16, 16, 50 * 16}, layout{"head_major_capacity", 3, 24, 24, 64 * 24 + 8},
+                      layout{"mla_shared_row", 16, 36, 36, 0}, layout{"single_head", 1, 64, 64, 0}),
+    [](const ::testing::TestParamInfo<layout>& info) { return std::string(info.param.name); });
+
+}  // namespace
