@@ -66,10 +66,18 @@ struct cache_stream {
       const auto last = reinterpret_cast<std::uintptr_t>(run) + std::uintptr_t(run_len);
       for (std::uintptr_t a = first; a < last; a += 64) f(reinterpret_cast<const char*>(a));
     };
-    for (index s = part * total / parts; s < s_end; ++s) {
-      const index tok = heads_outer ? t0 + s % n : t0 + s / heads;
-      const index h = heads_outer ? s / n : s % heads;
-      const char* a = base + tok * token_bytes + h * head_bytes;
+    // Slice s is (token, head) in address order; step the pair instead of dividing per slice.
+    const index s_begin = part * total / parts;
+    const index inner_count = heads_outer ? n : heads;
+    const index inner_bytes = heads_outer ? token_bytes : head_bytes, outer_bytes = heads_outer ? head_bytes : token_bytes;
+    index outer = s_begin / inner_count, inner = s_begin % inner_count;
+    const char* first_slice = base + t0 * token_bytes;
+    for (index s = s_begin; s < s_end; ++s) {
+      const char* a = first_slice + outer * outer_bytes + inner * inner_bytes;
+      if (++inner == inner_count) {
+        inner = 0;
+        ++outer;
+      }
       if (run != nullptr && a == run + run_len) {
         run_len += slice_bytes;
         continue;
