@@ -36,13 +36,18 @@ namespace detail {
 // token group by token group across all KV heads, with O in L1/L2 scratch. Keys are split across
 // threads (flash-decoding, 4 splits per thread, dynamic schedule); the partial (O, m, l) of the
 // splits are merged in split order (deterministic for a fixed thread count).
-// Memory (measured on the BENCH.md machine): each microkernel call reads one head's slice of
-// several token rows, i.e. several 4 KiB pages interleaved, and the hardware prefetchers lose such
-// streams: a synthetic stream with the same compute ran at 25 GB/s read in address order and at
-// 11-13 GB/s with 2-4 pages interleaved, which is where the cold D1 sat. So both loops walk a
-// software prefetch through the K and V rows in address order, one key block ahead, a share per
-// call (cache_stream): D1 went from about 5 ms to about 3.5 ms at one thread. M1 does 15 flop per
-// cache byte: in fp32 it is bounded by the FMA rate (limits/fma), not by the read bandwidth.
+// Memory (measured on the BENCH.md machine): the hardware prefetchers keep the full read rate
+// only while the demand loads ascend line by line. A cold 64 MiB read with 4 FMAs per line ran at
+// 26 GB/s in address order, 16 GB/s reading 4 pages 512 B at a time (the order of a [T, H, D]
+// cache here: each microkernel call reads one head's slice of several tokens), 10 GB/s reading
+// 4 rows of 512 B interleaved inside one page, 16-23 GB/s alternating two sequential buffers every
+// 16 KiB (K then V). Register blocking needs such interleaving (O stays in registers only while
+// a head's slice of several tokens is read), so both loops walk a software prefetch through the
+// K and V slices in address order, one key block ahead, a share per call (cache_stream): D1 went
+// from about 5 ms to about 3.5 ms at one thread. Reading strictly in address order instead
+// (scores token by token, P·V with O in L1) was slower: O's loads and stores made P·V
+// compute-bound (1.9 ms for V alone, hot). M1 does 15 flop per cache byte: in fp32 it is bounded
+// by the FMA rate (limits/fma), not by the read bandwidth.
 
 /// Plan of the decode path.
 struct decode_plan {
