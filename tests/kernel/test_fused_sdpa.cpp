@@ -143,6 +143,22 @@ TEST(KernelSweep, NonCausalAndStrided) {
   run_case(dec, 403, {1, 2, 3});
 }
 
+// Head-major K/V views ([H_kv, T, D] with spare capacity, Hugging Face's cache layout) on every
+// path: decode (one split and split-KV), the interleaved few-row units, and prefill tiles.
+TEST(KernelSweep, HeadMajorCacheViews) {
+  auto head_major = [](problem p, index k_spare, index v_spare) {
+    p.head_major_kv = true;
+    p.k_pad = k_spare;
+    p.v_pad = v_spare;
+    return p;
+  };
+  run_case(head_major(make(1, 300, 8, 2, 64, 64), 5, 0), 410);
+  run_case(head_major(make(1, 5000, 32, 8, 128, 128), 16, 3), 411, {1, 2, 3});
+  run_case(head_major(make(3, 129, 12, 4, 40, 24), 0, 7), 412);
+  run_case(head_major(make(9, 200, 2, 2, 64, 64), 1, 1), 413);
+  run_case(head_major(make(65, 129, 6, 2, 59, 59, false), 2, 9), 414);
+}
+
 // Golden: V holds its KV-head index, so a wrong group mapping shows at once.
 TEST(KernelGolden, GroupMapping) {
   for (auto [hq, hkv] : k_heads) {

@@ -66,19 +66,27 @@ struct problem {
   float scale = 0;  // 0 = 1/sqrt(dqk)
   index q_pad = 0, k_pad = 0, v_pad = 0, out_pad = 0;  // extra floats per token (strided views)
   bool v_aliases_k = false;  // MLA latent cache: v = first dv channels of k (needs dv <= dqk)
+  // K and V as [hkv][t_k + k_pad (v_pad)][d] (Hugging Face's layout; the pads become unused
+  // capacity) instead of [t_k][hkv·d + pad].
+  bool head_major_kv = false;
   std::vector<float> q, k, v;
-  index qts = 0, kts = 0, vts = 0, ots = 0;
+  index qts = 0, kts = 0, vts = 0, ots = 0, khs = 0, vhs = 0;
 
   void fill(unsigned seed, float stddev = 1.0f) {
     std::mt19937 gen(seed);
     std::normal_distribution<float> nd(0.0f, stddev);
     qts = hq * dqk + q_pad;
-    kts = hkv * dqk + k_pad;
-    vts = hkv * dv + v_pad;
     ots = hq * dv + out_pad;
+    if (head_major_kv) {
+      kts = dqk; khs = (t_k + k_pad) * dqk;
+      vts = dv; vhs = (t_k + v_pad) * dv;
+    } else {
+      kts = hkv * dqk + k_pad; khs = dqk;
+      vts = hkv * dv + v_pad; vhs = dv;
+    }
     q.assign(std::size_t(std::max<index>(t_q * qts, 1)), 0.0f);
-    k.assign(std::size_t(std::max<index>(t_k * kts, 1)), 0.0f);
-    v.assign(std::size_t(std::max<index>(t_k * vts, 1)), 0.0f);
+    k.assign(std::size_t(std::max<index>(head_major_kv ? hkv * khs : t_k * kts, 1)), 0.0f);
+    v.assign(std::size_t(std::max<index>(head_major_kv ? hkv * vhs : t_k * vts, 1)), 0.0f);
     for (auto& x : q) x = nd(gen);
     for (auto& x : k) x = nd(gen);
     for (auto& x : v) x = nd(gen);
@@ -90,11 +98,11 @@ struct problem {
     gattn::sdpa_params p;
     p.t_q = t_q; p.t_k = t_k; p.q_heads = hq; p.kv_heads = hkv; p.d_qk = dqk; p.d_v = dv;
     p.q = q.data(); p.q_token_stride = qts; p.q_head_stride = dqk;
-    p.k = k.data(); p.k_token_stride = kts; p.k_head_stride = dqk;
+    p.k = k.data(); p.k_token_stride = kts; p.k_head_stride = khs;
     if (v_aliases_k) {
-      p.v = k.data(); p.v_token_stride = kts; p.v_head_stride = dqk;
+      p.v = k.data(); p.v_token_stride = kts; p.v_head_stride = khs;
     } else {
-      p.v = v.data(); p.v_token_stride = vts; p.v_head_stride = dv;
+      p.v = v.data(); p.v_token_stride = vts; p.v_head_stride = vhs;
     }
     p.out = out; p.out_token_stride = ots; p.out_head_stride = dv;
     p.scale = eff_scale();
@@ -105,9 +113,9 @@ struct problem {
 
   /// Dense copies for the oracle (which takes dense row-major buffers).
   std::vector<float> dense_q() const { return dense(q, t_q, hq, dqk, qts, dqk); }
-  std::vector<float> dense_k() const { return dense(k, t_k, hkv, dqk, kts, dqk); }
+  std::vector<float> dense_k() const { return dense(k, t_k, hkv, dqk, kts, khs); }
   std::vector<float> dense_v() const {
-    return v_aliases_k ? dense(k, t_k, hkv, dv, kts, dqk) : dense(v, t_k, hkv, dv, vts, dv);
+    return v_aliases_k ? dense(k, t_k, hkv, dv, kts, khs) : dense(v, t_k, hkv, dv, vts, vhs);
   }
   static std::vector<float> dense(const std::vector<float>& src, index t, index h, index d, index ts, index hs) {
     std::vector<float> r(std::size_t(std::max<index>(t * h * d, 1)));
