@@ -3,8 +3,10 @@
 // never reach past the view. (A head-major view once made every call walk the whole cache.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gattn/kernel/prefetch.hpp"
