@@ -15,6 +15,10 @@
 #ifndef GATTN_CLI_PATH
 #define GATTN_CLI_PATH ""
 #endif
+// Shell words put before the CLI's path: the cross-compiling emulator when there is one.
+#ifndef GATTN_CLI_LAUNCHER
+#define GATTN_CLI_LAUNCHER ""
+#endif
 
 namespace {
 
@@ -44,7 +48,7 @@ std::string slurp(const fs::path& p) {
 
 cli_result run_cli(const std::string& args) {
   const fs::path out = scratch_dir() / "stdout.txt", err = scratch_dir() / "stderr.txt";
-  const std::string cmd = std::string("'") + GATTN_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+  const std::string cmd = std::string(GATTN_CLI_LAUNCHER) + "'" + GATTN_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
   const int raw = std::system(cmd.c_str());
   cli_result r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
