@@ -26,6 +26,13 @@ enum class norm_kind { none, rms, rms_zero_centered };
 /// cache with W_uk / W_uv absorbed (absorbed); `automatic` lets the layer choose per call.
 enum class mla_form { automatic, absorbed, expanded };
 enum class rope_style { neox, interleaved, none };
+/// Element type of stored values (SPEC §10): KV caches, and weights used in place.
+enum class storage_type { f32, bf16, f16 };
+/// SPEC §10: `exact` widens stored K/V to fp32 for every product; `fast` may also round scale·q and
+/// the probabilities to the cache type to use dot-product instructions (fp32 accumulation still).
+enum class kv_numerics { exact, fast };
+/// SPEC §10: `bf16` reproduces an unfused bf16 `o * sigmoid(u)` bit for bit (Kimi K3 serving).
+enum class gate_rounding { none, bf16 };
 
 /// Gate description; `enabled == false` means no gate at all.
 struct gate_config {
@@ -38,6 +45,7 @@ struct gate_config {
   gate_source source = gate_source::separate;
   fused_layout layout = fused_layout::per_head;
   index rank = 0;  ///< low_rank only: inner width of g_a_proj -> g_b_proj
+  gattn::gate_rounding rounding = gate_rounding::none;
 };
 
 /// YaRN context extension (SPEC §2.4). `factor <= 0` (the default) means no scaling.
@@ -74,6 +82,7 @@ struct gqa_config {
   bool causal = true;
   double attention_scale = 0;  ///< 0 = 1/sqrt(head_dim)
   gate_config gate;
+  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
 
   index group_size() const { return q_heads / kv_heads; }
   double scale() const { return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim)); }
@@ -93,6 +102,7 @@ struct mla_config {
   bool causal = true;
   double attention_scale = 0;  ///< 0 = 1/sqrt(d_nope + d_rope)
   gate_config gate;
+  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   double scale() const {
@@ -140,6 +150,11 @@ inline const char* to_string(norm_kind n) {
   }
   return "?";
 }
+inline const char* to_string(storage_type t) {
+  return t == storage_type::f32 ? "f32" : t == storage_type::bf16 ? "bf16" : "f16";
+}
+inline const char* to_string(kv_numerics n) { return n == kv_numerics::exact ? "exact" : "fast"; }
+inline const char* to_string(gate_rounding r) { return r == gate_rounding::none ? "none" : "bf16"; }
 inline const char* to_string(rope_style r) {
   switch (r) {
     case rope_style::neox: return "neox";
