@@ -33,13 +33,6 @@ endif()
 target_compile_options(gattn_internal INTERFACE -Wall -Wextra -Werror
   $<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized -Wno-maybe-uninitialized>)
 
-if(GATTN_OPENMP)
-  find_package(OpenMP)
-  if(OpenMP_CXX_FOUND)
-    target_link_libraries(gattn_internal INTERFACE OpenMP::OpenMP_CXX)
-  endif()
-endif()
-
 # Build type "Sanitize" (CI's ASan+UBSan job): -Og compiles in half the time of -O1 under the
 # sanitizers (241 s against 443 s for the suite on 2 cores) and runs the small sweep as fast (95 s
 # against 92 s); -g1 (line tables only) keeps sanitizer reports naming file and line.

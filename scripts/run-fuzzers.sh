@@ -11,7 +11,7 @@ jobs="${FUZZ_JOBS:-$(nproc)}"
 
 CC="${CC:-clang}" CXX="${CXX:-clang++}" cmake -S "$root" -B "$build" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGATTN_BUILD_FUZZERS=ON -DGATTN_BUILD_TESTS=OFF \
-  -DGATTN_BUILD_BENCH=OFF -DGATTN_BUILD_EXAMPLES=OFF -DGATTN_BUILD_CLI=OFF
+  -DGATTN_BUILD_BENCH=OFF -DGATTN_BUILD_EXAMPLES=OFF -DGATTN_BUILD_CLI=OFF -DGATTN_OPENMP=OFF
 cmake --build "$build" --parallel "$jobs"
 
 status=0

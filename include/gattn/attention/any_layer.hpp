@@ -67,6 +67,8 @@ class gated_gqa : public gqa_layer {
 /// An MLA layer whose gate is fixed by the type `Gate` (a G1 gate or no_gate).
 template <class Gate = no_gate>
 class gated_mla : public mla_layer {
+  static_assert(fits_mla<Gate>::value, "an MLA layer has the G1 gate only, from g_proj or a low-rank source (SPEC §3)");
+
  public:
   using gate_type = Gate;
   gated_mla(const mla_config& cfg, const weight_map& w) : mla_layer(detail::with_gate<Gate>(cfg), w) {}

@@ -14,6 +14,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
+#include "gattn/gate/shape.hpp"
 
 namespace gattn {
 
@@ -90,23 +91,15 @@ inline projection_cost make_projection(std::string name, index rows, index cols,
 
 inline projection_cost make_norm(std::string name, index size) { return make_projection(std::move(name), size, 1); }
 
-/// Gate geometry at its position: `heads` gate heads of `width` target channels each.
-struct gate_shape {
-  index heads = 0;
-  index width = 0;
-};
-
-/// Scores per token: heads·width (elementwise) or heads (headwise). A head-shared gate keeps them
-/// all in g_proj (SPEC §4), so this is also the row count of g_proj / g_b_proj.
-inline std::int64_t gate_scores(const gate_config& g, gate_shape s) {
-  return g.granularity == granularity::elementwise ? cost_mul(s.heads, s.width, "gate width") : s.heads;
-}
+/// Scores per token: heads·per_head. A head-shared gate keeps them all in g_proj (SPEC §4), so this
+/// is also the row count of g_proj / g_b_proj. Checked: the config may be absurd (`gattn cost`).
+inline std::int64_t gate_score_count(const gate_shape& s) { return cost_mul(s.heads, s.per_head, "gate width"); }
 
 /// Appends g_proj or g_a_proj + g_b_proj (fused_q is handled by the caller, inside q_proj) and sets
 /// the gate's per-token counts.
-inline void add_gate(layer_cost& c, const gate_config& g, gate_shape s, index hidden) {
+inline void add_gate(layer_cost& c, const gate_config& g, const gate_shape& s, index hidden) {
   if (!g.enabled) return;
-  const std::int64_t scores = gate_scores(g, s);
+  const std::int64_t scores = gate_score_count(s);
   if (g.source == gate_source::separate) {
     c.projections.push_back(make_projection("g_proj", scores, hidden, scores));
   } else if (g.source == gate_source::low_rank) {
@@ -201,18 +194,9 @@ inline layer_cost cost(const gqa_config& c) {
   out.description = "GQA d=" + detail::with_commas(std::int64_t(d)) + " H_q=" + std::to_string(c.q_heads) +
                     " H_kv=" + std::to_string(c.kv_heads) + " D=" + std::to_string(D) + ", " + detail::describe_gate(g);
 
-  detail::gate_shape shape;
-  if (g.enabled) {
-    switch (g.position) {
-      case gate_position::g1:
-      case gate_position::g4: shape = {c.q_heads, D}; break;
-      case gate_position::g2:
-      case gate_position::g3: shape = {c.kv_heads, D}; break;
-      case gate_position::g5: shape = {1, d}; break;
-    }
-  }
+  const gate_shape shape = shape_of_gate(c);
   // fused_q: q_proj carries the gate scores as extra rows (per head or per KV group: the same count).
-  const std::int64_t fused_rows = g.enabled && g.source == gate_source::fused_q ? detail::gate_scores(g, shape) : 0;
+  const std::int64_t fused_rows = g.enabled && g.source == gate_source::fused_q ? detail::gate_score_count(shape) : 0;
 
   out.projections.push_back(
       detail::make_projection("q_proj", detail::cost_add(q_width, fused_rows, "q_proj rows"), d, fused_rows));
@@ -272,7 +256,7 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
   out.projections.push_back(
       detail::make_projection("kv_b_proj", detail::cost_mul(H, dn + dv, "num_attention_heads * (d_nope + d_v)"), dc));
   out.norms.push_back(detail::make_norm("kv_a_layernorm", dc));
-  detail::add_gate(out, c.gate, {H, dv}, d);
+  detail::add_gate(out, c.gate, shape_of_gate(c), d);
   out.projections.push_back(detail::make_projection("o_proj", d, detail::cost_mul(H, dv, "num_attention_heads * v_head_dim")));
   detail::finish(out);
 

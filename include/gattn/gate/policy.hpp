@@ -3,6 +3,7 @@
 // the ordinary runtime layers with that gate (one mechanism: the types only produce a gate_config).
 #pragma once
 
+#include <type_traits>
 #include <utility>
 
 #include "gattn/core/config.hpp"
@@ -48,6 +49,20 @@ using qwen3_next_gate = gate<gate_position::g1, granularity::elementwise, activa
                              gate_source::fused_q, fused_layout::per_head>;
 /// Kimi K3 / Bailing / Hunyuan MLA: elementwise sigmoid G1 gate from its own g_proj.
 using separate_g1_gate = gate<gate_position::g1, granularity::elementwise>;
+/// The paper's release (model_type qwen3): sigmoid G1 gate fused into q_proj per KV group.
+using paper_headwise_gate = gate<gate_position::g1, granularity::headwise, activation::sigmoid, combine::mul,
+                                 gate_source::fused_q, fused_layout::per_kv_group>;
+using paper_elementwise_gate = gate<gate_position::g1, granularity::elementwise, activation::sigmoid, combine::mul,
+                                    gate_source::fused_q, fused_layout::per_kv_group>;
+
+/// Whether an MLA layer can carry `Gate`: MLA has the G1 gate only, never fused into q_proj (SPEC §3).
+template <class Gate>
+struct fits_mla : std::false_type {};
+template <>
+struct fits_mla<no_gate> : std::true_type {};
+template <gate_position P, granularity Gr, activation A, combine C, gate_source S, fused_layout L, bool Sh>
+struct fits_mla<gate<P, Gr, A, C, S, L, Sh>>
+    : std::integral_constant<bool, P == gate_position::g1 && S != gate_source::fused_q> {};
 
 namespace detail {
 

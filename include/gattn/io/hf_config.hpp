@@ -8,6 +8,7 @@
 
 #include "gattn/attention/rope.hpp"
 #include "gattn/core/validate.hpp"
+#include "gattn/gate/policy.hpp"
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
@@ -236,13 +237,7 @@ inline gqa_config hf_parse_qwen3_next(const json& j, const std::string& w) {
   gqa_config c = hf_parse_gqa(j, w, 0.25);
   c.qk_norm = norm_kind::rms_zero_centered;
   // q_proj emits [q_h | gate_h] per head; the gate is elementwise sigmoid on the SDPA output.
-  c.gate.enabled = true;
-  c.gate.position = gate_position::g1;
-  c.gate.granularity = granularity::elementwise;
-  c.gate.activation = activation::sigmoid;
-  c.gate.combine = combine::mul;
-  c.gate.source = gate_source::fused_q;
-  c.gate.layout = fused_layout::per_head;
+  c.gate = qwen3_next_gate::config();
   return c;
 }
 
@@ -257,15 +252,8 @@ inline gqa_config hf_parse_qwen3(const json& j, const std::string& w) {
   c.qk_norm = get_bool(j, "use_qk_norm", w, true) ? norm_kind::rms : norm_kind::none;
   // qkv_bias biases q, k, v and o_proj in the release's code: all of it arrives with the weights.
   (void)get_bool(j, "qkv_bias", w, false);
-  if (headwise || elementwise) {
-    c.gate.enabled = true;
-    c.gate.position = gate_position::g1;
-    c.gate.granularity = headwise ? granularity::headwise : granularity::elementwise;
-    c.gate.activation = activation::sigmoid;
-    c.gate.combine = combine::mul;
-    c.gate.source = gate_source::fused_q;
-    c.gate.layout = fused_layout::per_kv_group;
-  }
+  if (headwise) c.gate = paper_headwise_gate::config();
+  if (elementwise) c.gate = paper_elementwise_gate::config();
   return c;
 }
 
@@ -299,14 +287,7 @@ inline mla_config hf_parse_mla(const json& j, const std::string& w) {
                                          " gives a softmax scale of ", c.attention_scale, ", which must be > 0");
   }
   (void)get_bool(j, "attention_bias", w, false);
-  if (get_bool(j, "mla_use_output_gate", w, false)) {
-    c.gate.enabled = true;
-    c.gate.position = gate_position::g1;
-    c.gate.granularity = granularity::elementwise;
-    c.gate.activation = activation::sigmoid;
-    c.gate.combine = combine::mul;
-    c.gate.source = gate_source::separate;
-  }
+  if (get_bool(j, "mla_use_output_gate", w, false)) c.gate = separate_g1_gate::config();
   return c;
 }
 

@@ -28,6 +28,14 @@ using default_arch_impl = std::conditional_t<std::is_same<xsimd::default_arch, x
 #endif
 }  // namespace detail
 
+// A consumer that compiles gattn without any SIMD flags gets SSE2 code on x86-64 (4 lanes, no FMA):
+// several times slower than what the machine can do, and easy to miss. Say so once at build time;
+// -march=native (or -mavx2 -mfma, ...) fixes it, GATTN_NO_SIMD_NOTICE silences it.
+#if defined(__x86_64__) && !defined(__AVX2__) && !defined(GATTN_FORCE_SCALAR) && !defined(GATTN_NO_SIMD_NOTICE)
+#pragma message("gattn: compiled without AVX2/AVX-512 flags, so kernels use SSE2; build with -march=native " \
+                "(or define GATTN_NO_SIMD_NOTICE to silence this)")
+#endif
+
 /// The arch every kernel uses unless told otherwise.
 using default_arch = detail::default_arch_impl;
 
