@@ -2,10 +2,10 @@
 // Plain loops that read like SPEC.md; they share only config and weight types with the fast path.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "gattn/attention/rope.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/weights.hpp"
 
@@ -49,14 +49,46 @@ inline double activate(double u, activation a) {
 
 inline double combine_gate(double z, double g, combine c) { return c == combine::mul ? z * g : z + g; }
 
+/// m(s, a) of SPEC §2.4: 1 for s <= 1, else 0.1·a·ln s + 1.
+inline double yarn_m(double s, double a) { return s <= 1.0 ? 1.0 : 0.1 * a * std::log(s) + 1.0; }
+
+/// Frequency of rotary pair i (SPEC §2.4), written out from the spec's formulas on their own (this
+/// oracle shares no RoPE code with the fast path): θ^(−2i/R), blended by the YaRN ramp when asked.
+inline double rope_inv_freq(const rope_config& c, index i) {
+  const double R = double(c.rotary_dim), base = std::pow(c.theta, 2.0 * double(i) / R);
+  if (!c.scaling.yarn) return 1.0 / base;
+  const rope_scaling_config& y = c.scaling;
+  const double pi = std::acos(-1.0);
+  auto corr = [&](double r) { return R * std::log(y.original_max_position_embeddings / (2.0 * pi * r)) / (2.0 * std::log(c.theta)); };
+  double lo = corr(y.beta_fast), hi = corr(y.beta_slow);
+  if (y.truncate) {
+    lo = std::floor(lo);
+    hi = std::ceil(hi);
+  }
+  lo = std::max(lo, 0.0);
+  hi = std::min(hi, R - 1.0);
+  if (lo == hi) hi += 0.001;
+  const double ramp = std::clamp((double(i) - lo) / (hi - lo), 0.0, 1.0), e = 1.0 - ramp;
+  return (1.0 / (y.factor * base)) * (1.0 - e) + (1.0 / base) * e;
+}
+
+/// The factor cos and sin are multiplied by (SPEC §2.4): 1 without YaRN.
+inline double rope_attention_factor(const rope_config& c) {
+  const rope_scaling_config& y = c.scaling;
+  if (!y.yarn) return 1.0;
+  if (y.attention_factor > 0) return y.attention_factor;
+  if (y.mscale > 0 && y.mscale_all_dim > 0) return yarn_m(y.factor, y.mscale) / yarn_m(y.factor, y.mscale_all_dim);
+  return yarn_m(y.factor, 1.0);
+}
+
 /// Rotates the first R channels of head vector x at position pos (SPEC §2.4), in double.
 inline void rope(double* x, index pos, const rope_config& c) {
   if (c.style == rope_style::none || c.rotary_dim == 0) return;
-  const rope_frequencies f = make_rope_frequencies(c);
+  const double factor = rope_attention_factor(c);
   const index h = c.rotary_dim / 2;
   for (index i = 0; i < h; ++i) {
-    const double angle = double(pos) * f.inv_freq[std::size_t(i)];
-    const double cs = std::cos(angle) * f.attention_factor, sn = std::sin(angle) * f.attention_factor;
+    const double angle = double(pos) * rope_inv_freq(c, i);
+    const double cs = std::cos(angle) * factor, sn = std::sin(angle) * factor;
     const index ia = c.style == rope_style::neox ? i : 2 * i;
     const index ib = c.style == rope_style::neox ? i + h : 2 * i + 1;
     const double a = x[ia], b = x[ib];
