@@ -17,6 +17,7 @@
 
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
+#include "gattn/backend/backend.hpp"
 
 namespace {
 
@@ -82,7 +83,7 @@ void bm_gqa_layer(benchmark::State& st, std::string variant, bool decode, int th
   set_threads(threads);
   const auto cfg = qwen3_next(variant);
   gattn::gqa_layer layer(cfg, qwen3_next_weights(cfg));
-  if (variant == "unfused") layer.set_backend(gattn::sdpa_backend::unfused);
+  if (variant == "unfused") layer.set_sdpa(&gattn::unfused_sdpa);
   const index d = cfg.hidden, T = decode ? 1 : 2048, cached = decode ? 8192 : 0;
   gattn::kv_cache cache(cfg, cached + T);
   if (decode) {  // a full cache of random K/V rows (already normed and roped: values do not matter)

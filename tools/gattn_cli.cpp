@@ -112,7 +112,7 @@ int run_command(int argc, char** argv) {
   const auto weights_file = gattn::io::safetensors_file::open(args.need("--weights"));
   const std::string prefix = find_prefix(weights_file, args);
   gattn::any_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true));
-  if (args.flag("--reference")) layer.set_backend(gattn::sdpa_backend::reference);
+  if (args.flag("--reference")) layer.set_sdpa(&gattn::reference_sdpa);
   if (args.has("--mla-form")) {
     const std::string f = args.values.at("--mla-form");
     if (f == "absorbed") layer.set_mla_form(gattn::mla_form::absorbed);

@@ -22,14 +22,15 @@
 #include "gattn/reference/sdpa.hpp"
 
 #include "gattn/attention/any_layer.hpp"
-#include "gattn/attention/backend.hpp"
 #include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/unfused_sdpa.hpp"
 #include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/attention/rope.hpp"
+
+#include "gattn/backend/backend.hpp"
+#include "gattn/backend/unfused_sdpa.hpp"
 
 #include "gattn/diagnostics/cost_model.hpp"
 #include "gattn/diagnostics/statistics.hpp"

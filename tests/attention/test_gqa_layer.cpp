@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gattn/attention/gqa_layer.hpp"
+#include "gattn/backend/backend.hpp"
 #include "support/vectors.hpp"
 
 namespace {
@@ -69,7 +70,7 @@ TEST_P(GqaLayerVectors, MatchesFloat64Output) {
   const layer_case& lc = GetParam();
   const auto c = load_vector_case(lc.vector);
   gqa_layer layer(std::get<gqa_config>(c.config), c.weights);
-  layer.set_backend(lc.backend);
+  layer.set_sdpa(gattn::sdpa_of(lc.backend));
   if (!layer.config().causal && lc.how != feeding::forward && lc.how != feeding::prefill) {
     kv_cache cache(layer.config(), c.tokens);
     std::vector<float> y(std::size_t(c.hidden));

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "gattn/attention/mla_layer.hpp"
+#include "gattn/backend/backend.hpp"
 #include "support/vectors.hpp"
 
 namespace {
@@ -46,7 +47,7 @@ TEST_P(MlaLayerVectors, MatchesFloat64Output) {
   const auto c = test::load_vector_case(mc.vector);
   mla_layer layer(std::get<mla_config>(c.config), c.weights);
   layer.set_form(mc.form);
-  layer.set_backend(mc.backend);
+  layer.set_sdpa(gattn::sdpa_of(mc.backend));
   const auto y = run_mla(layer, c.x, c.tokens, c.hidden, mc.first, mc.step);
   EXPECT_LE(test::max_abs_diff(y, c.y), 1e-4 * test::max_abs(c.y));
   EXPECT_LE(test::max_abs_diff(y, c.y), 1e-5 * std::max(1.0, test::max_abs(c.y)));

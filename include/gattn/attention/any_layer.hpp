@@ -29,8 +29,8 @@ class any_layer {
     return std::visit([&](const auto& l) { return kv_cache(l.config(), capacity); }, impl_);
   }
 
-  void set_backend(sdpa_backend b) {
-    std::visit([&](auto& l) { l.set_backend(b); }, impl_);
+  void set_sdpa(sdpa_function f) {
+    std::visit([&](auto& l) { l.set_sdpa(f); }, impl_);
   }
   /// MLA only (ignored for GQA): force the absorbed or expanded form.
   void set_mla_form(mla_form f) {

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <vector>
 
-#include "gattn/attention/backend.hpp"
+#include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
@@ -33,8 +34,8 @@ class gqa_layer {
   }
 
   const gqa_config& config() const { return cfg_; }
-  void set_backend(sdpa_backend b) { backend_ = b; }
-  sdpa_backend backend() const { return backend_; }
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  void set_sdpa(sdpa_function f) { sdpa_ = f; }
 
   /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for
   /// causal and non-causal layers.
@@ -223,13 +224,13 @@ class gqa_layer {
     }
     if (!stats) {
       p.epilogue = epi;
-      run_sdpa(p, backend_);
+      sdpa_(p);
     } else {
       // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of
       // every row: run the kernel bare, then apply the same epilogue with the vector ops.
       layer_workspace::fit(ws.lse, Hq * T);
       p.lse = ws.lse.data();
-      run_sdpa(p, backend_);
+      sdpa_(p);
       observe_first_token_attention(p, *stats);
       layer_workspace::fit(ws.attention, T * Hq * D);
       std::copy_n(ws.gated.data(), T * Hq * D, ws.attention.data());
@@ -252,7 +253,7 @@ class gqa_layer {
   index n_cols_ = 0;
   linear_map qkvg_, gate_b_, o_;
   std::vector<float> q_norm_, k_norm_, o_norm_;
-  sdpa_backend backend_ = sdpa_backend::kernel;
+  sdpa_function sdpa_ = &kernel_sdpa;
 };
 
 }  // namespace gattn

@@ -6,12 +6,13 @@
 #include <cmath>
 #include <vector>
 
-#include "gattn/attention/backend.hpp"
+#include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
@@ -30,7 +31,8 @@ class mla_layer {
   }
 
   const mla_config& config() const { return cfg_; }
-  void set_backend(sdpa_backend b) { backend_ = b; }
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  void set_sdpa(sdpa_function f) { sdpa_ = f; }
   /// Forces the absorbed or the expanded form (default: chosen per call).
   void set_form(mla_form f) { form_ = f; }
 
@@ -222,7 +224,7 @@ class mla_layer {
       p.out = latent_out;
       p.out_token_stride = H * dc;
       p.out_head_stride = dc;
-      run_sdpa(p, backend_);
+      sdpa_(p);
       for (index h = 0; h < H; ++h) {  // o_h = ō_h W_uvᵀ
         Eigen::Map<const row_matrix, 0, stride> lo(latent_out + h * dc, T, dc, stride(H * dc));
         Eigen::Map<row_matrix, 0, stride> oh(o + h * dv, T, dv, stride(H * dv));
@@ -266,7 +268,7 @@ class mla_layer {
         p.epilogue.gate_activation = g.activation;
         p.epilogue.gate_combine = g.combine;
       }
-      run_sdpa(p, backend_);
+      sdpa_(p);
       if (stats) observe_first_token_attention(p, *stats);
     }
     const bool gate_pending = g.enabled && (form == mla_form::absorbed || stats);
@@ -296,7 +298,7 @@ class mla_layer {
   std::vector<float> q_a_norm_, kv_a_norm_;
   std::vector<row_matrix> w_uk_, w_uv_;
   bool absorbable_ = true;
-  sdpa_backend backend_ = sdpa_backend::kernel;
+  sdpa_function sdpa_ = &kernel_sdpa;
   mla_form form_ = mla_form::automatic;
 };
 

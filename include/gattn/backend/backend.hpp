@@ -1,12 +1,14 @@
-// Which SDPA implementation a layer runs: the fused kernel (default) or the double reference.
+// The SDPA implementations a layer can be given (layer.set_sdpa): the fused kernel, the float64
+// oracle, the unfused Eigen baseline. Composed by the CLI, the tests and the benchmarks; the
+// production layers include none of this.
 #pragma once
 
 #include <cmath>
 #include <vector>
 
 #include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/unfused_sdpa.hpp"
-#include "gattn/kernel/fused_sdpa.hpp"
+#include "gattn/attention/sdpa_function.hpp"
+#include "gattn/backend/unfused_sdpa.hpp"
 #include "gattn/reference/sdpa.hpp"
 
 namespace gattn {
@@ -18,17 +20,9 @@ inline const char* to_string(sdpa_backend b) {
   return b == sdpa_backend::kernel ? "kernel" : b == sdpa_backend::reference ? "reference" : "unfused";
 }
 
-/// Runs `p` on the chosen backend. The reference path gathers the strided views into dense
-/// double arrays, runs reference::sdpa, and applies the epilogue with the same vector ops.
-inline void run_sdpa(const sdpa_params& p, sdpa_backend backend) {
-  if (backend == sdpa_backend::kernel) {
-    fused_sdpa(p);
-    return;
-  }
-  if (backend == sdpa_backend::unfused) {
-    unfused_sdpa(p);
-    return;
-  }
+/// The oracle as an sdpa_function: gathers the strided views into dense double arrays, runs
+/// reference::sdpa, and applies the epilogue with the same vector ops as the kernel.
+inline void reference_sdpa(const sdpa_params& p) {
   const reference::sdpa_shape s{p.t_q, p.t_k, p.q_heads, p.kv_heads, p.d_qk, p.d_v, double(p.scale), p.causal};
   std::vector<double> q(std::size_t(p.t_q * p.q_heads * p.d_qk)), k(std::size_t(p.t_k * p.kv_heads * p.d_qk)),
       v(std::size_t(p.t_k * p.kv_heads * p.d_v)), out(std::size_t(p.t_q * p.q_heads * p.d_v)),
@@ -52,6 +46,11 @@ inline void run_sdpa(const sdpa_params& p, sdpa_backend backend) {
   if (p.lse)
     for (std::size_t i = 0; i < lse.size(); ++i) p.lse[i] = float(lse[i]);
   apply_sdpa_epilogue(p, p.epilogue);
+}
+
+/// The implementation behind a backend name.
+inline sdpa_function sdpa_of(sdpa_backend b) {
+  return b == sdpa_backend::kernel ? &kernel_sdpa : b == sdpa_backend::reference ? &reference_sdpa : &unfused_sdpa;
 }
 
 }  // namespace gattn

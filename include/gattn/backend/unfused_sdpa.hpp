@@ -16,7 +16,7 @@
 
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/projection.hpp"
-#include "gattn/kernel/fused_sdpa.hpp"
+#include "gattn/kernel/sdpa_params.hpp"
 
 namespace gattn {
 
