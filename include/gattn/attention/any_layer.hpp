@@ -7,7 +7,6 @@
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/gate/policy.hpp"
-#include "gattn/io/gattn_config.hpp"
 
 namespace gattn {
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <string>
+#include <variant>
 
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
@@ -109,6 +110,9 @@ struct mla_config {
     return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(qk_head_dim()));
   }
 };
+
+/// A layer of either family, as a config file describes it (SPEC §8, §9).
+using layer_config = std::variant<gqa_config, mla_config>;
 
 inline const char* to_string(gate_position p) {
   switch (p) {

@@ -10,10 +10,6 @@
 #include "gattn/io/json_fields.hpp"
 
 namespace gattn {
-
-/// A layer config of either family, as read from a file.
-using layer_config = std::variant<gqa_config, mla_config>;
-
 namespace io {
 namespace detail {
 
