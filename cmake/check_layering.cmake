@@ -1,0 +1,71 @@
+# The folders of include/gattn form layers: a header may include headers of its own folder and of
+# the folders its folder is allowed to see below, never above (so the include graph has no cycle).
+# reference/ is the oracle: it may see core/ only, so it shares no code with what it checks.
+#
+#   cmake -DINCLUDE_DIR=<repo>/include -P cmake/check_layering.cmake      (ctest: layering.include_graph)
+cmake_minimum_required(VERSION 3.16)
+if(NOT DEFINED INCLUDE_DIR)
+  message(FATAL_ERROR "check_layering.cmake: -DINCLUDE_DIR=<repo>/include is required")
+endif()
+
+# folder -> the folders it may include (besides itself). Keep this list acyclic: each folder names
+# only folders listed before it.
+get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
+
+set(allowed_core "")
+set(allowed_simd "core")
+set(allowed_gate "core;simd")
+set(allowed_kernel "core;simd")
+set(allowed_reference "core")
+set(allowed_diagnostics "core;simd;gate")
+set(allowed_attention "core;simd;gate;kernel;diagnostics")
+set(allowed_backend "core;simd;gate;kernel;diagnostics;attention;reference")
+set(allowed_io "core;simd;gate")
+set(order core simd gate kernel reference diagnostics attention backend io)
+
+# The list itself must be acyclic: every allowed folder comes earlier in `order`.
+set(seen "")
+foreach(folder IN LISTS order)
+  foreach(dep IN LISTS allowed_${folder})
+    if(NOT dep IN_LIST seen)
+      message(FATAL_ERROR "check_layering.cmake: '${folder}' may include '${dep}', which is not below it")
+    endif()
+  endforeach()
+  list(APPEND seen ${folder})
+endforeach()
+
+set(problems "")
+file(GLOB folders RELATIVE ${INCLUDE_DIR}/gattn ${INCLUDE_DIR}/gattn/*)
+foreach(folder IN LISTS folders)
+  if(NOT IS_DIRECTORY ${INCLUDE_DIR}/gattn/${folder})
+    continue()  # umbrella headers at the top (gattn.hpp, io.hpp) may include anything
+  endif()
+  if(NOT folder IN_LIST order)
+    string(APPEND problems "  include/gattn/${folder}/ is not in the layer list of cmake/check_layering.cmake\n")
+    continue()
+  endif()
+  file(GLOB_RECURSE headers ${INCLUDE_DIR}/gattn/${folder}/*.hpp)
+  foreach(h IN LISTS headers)
+    file(STRINGS ${h} lines REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]gattn/")
+    foreach(line IN LISTS lines)
+      string(REGEX MATCH "gattn/([a-z_]+)/" _ "${line}")
+      set(dep "${CMAKE_MATCH_1}")
+      if(dep STREQUAL "" OR dep STREQUAL folder)
+        if(dep STREQUAL "")
+          string(APPEND problems "  ${h}: includes a top-level umbrella header: ${line}\n")
+        endif()
+        continue()
+      endif()
+      if(NOT dep IN_LIST allowed_${folder})
+        file(RELATIVE_PATH rel ${INCLUDE_DIR} ${h})
+        string(STRIP "${line}" line)
+        string(APPEND problems "  ${rel}: ${folder}/ may not include ${dep}/ (${line})\n")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
+if(problems)
+  message(FATAL_ERROR "include/gattn layering broken:\n${problems}")
+endif()
+message(STATUS "include/gattn layering: no folder includes a folder above it")
