@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <gattn/gattn.hpp>
+#include <gattn/io.hpp>
 
 namespace {
 

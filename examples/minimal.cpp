@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-#include <gattn/gattn.hpp>
+#include <gattn/io.hpp>
 
 int main() {
   gattn::gqa_config cfg;  // C++17: no designated initialisers

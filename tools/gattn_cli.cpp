@@ -13,7 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "gattn/gattn.hpp"
+#include "gattn/backend/backend.hpp"
+#include "gattn/io.hpp"
 
 #ifndef GATTN_VERSION
 #define GATTN_VERSION "unknown"

@@ -1,4 +1,7 @@
-// gattn: gated attention layers for CPU inference. This umbrella header includes the whole library.
+// gattn: gated attention layers for CPU inference. This umbrella header brings the layers and what
+// they are made of (configs, SIMD layer, gates, kernel, caches, diagnostics). It compiles no JSON or
+// safetensors parsing: the loaders are in <gattn/io.hpp>; the float64 oracle and the unfused
+// baseline, which only tests and tools compose, in gattn/reference/ and gattn/backend/.
 #pragma once
 
 #define GATTN_VERSION_MAJOR 0
@@ -11,15 +14,16 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 
-#include "gattn/gate/activation.hpp"
+#include "gattn/simd/activation.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
+#include "gattn/simd/vector_ops.hpp"
+
 #include "gattn/gate/gate.hpp"
 #include "gattn/gate/policy.hpp"
+#include "gattn/gate/shape.hpp"
 
 #include "gattn/kernel/kernel.hpp"
-
-#include "gattn/reference/gqa_layer.hpp"
-#include "gattn/reference/mla_layer.hpp"
-#include "gattn/reference/sdpa.hpp"
 
 #include "gattn/attention/any_layer.hpp"
 #include "gattn/attention/epilogue.hpp"
@@ -28,15 +32,7 @@
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/attention/rope.hpp"
-
-#include "gattn/backend/backend.hpp"
-#include "gattn/backend/unfused_sdpa.hpp"
+#include "gattn/attention/sdpa_function.hpp"
 
 #include "gattn/diagnostics/cost_model.hpp"
 #include "gattn/diagnostics/statistics.hpp"
-
-#include "gattn/io/config_file.hpp"
-#include "gattn/io/gattn_config.hpp"
-#include "gattn/io/hf_config.hpp"
-#include "gattn/io/load_weights.hpp"
-#include "gattn/io/safetensors.hpp"

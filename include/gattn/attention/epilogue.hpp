@@ -3,7 +3,7 @@
 #pragma once
 
 #include "gattn/kernel/fused_sdpa.hpp"
-#include "gattn/kernel/vector_ops.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 

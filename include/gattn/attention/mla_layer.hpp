@@ -18,7 +18,7 @@
 #include "gattn/diagnostics/statistics.hpp"
 #include "gattn/gate/gate.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
-#include "gattn/kernel/vector_ops.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 

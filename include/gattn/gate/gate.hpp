@@ -4,8 +4,8 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/gate/shape.hpp"
-#include "gattn/kernel/arch.hpp"
-#include "gattn/kernel/vector_ops.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 
 #include "gattn/core/types.hpp"
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 

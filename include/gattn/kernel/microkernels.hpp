@@ -4,9 +4,9 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/kernel/arch.hpp"
+#include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 namespace detail {

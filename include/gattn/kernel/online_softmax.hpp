@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 

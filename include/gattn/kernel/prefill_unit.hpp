@@ -10,15 +10,15 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/kernel/arch.hpp"
+#include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefetch.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
-#include "gattn/kernel/vector_ops.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 namespace detail {

@@ -1,4 +1,4 @@
-// Tests of gattn/kernel/vector_ops.hpp and simd.hpp's exp: every arch, every length 0..3W+1 and
+// Tests of gattn/simd/vector_ops.hpp and simd.hpp's exp: every arch, every length 0..3W+1 and
 // misaligned starts (the tails), against scalar double references.
 #include <gtest/gtest.h>
 

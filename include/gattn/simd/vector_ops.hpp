@@ -6,9 +6,9 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/gate/activation.hpp"
-#include "gattn/kernel/arch.hpp"
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/activation.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 namespace detail {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <limits>
 
-#include "gattn/kernel/arch.hpp"
+#include "gattn/simd/arch.hpp"
 
 namespace gattn::simd {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "gattn/core/config.hpp"
-#include "gattn/kernel/simd.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn::act {
 
