@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include <gattn/io.hpp>
+#include <gattn/gattn.hpp>
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <random>
 #include <vector>
 
-#include <gattn/io.hpp>
+#include <gattn/gattn.hpp>
 
 int main() {
   gattn::gqa_config cfg;  // C++17: no designated initialisers
