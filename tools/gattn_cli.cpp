@@ -1,15 +1,25 @@
 // gattn: run a gated attention layer from files, print its cost model, or describe the build.
 //
-//   gattn run  --config C.json --weights W.safetensors --input X.safetensors --output Y.safetensors
-//              [--prefix P] [--decode-from K] [--stats S.json] [--reference] [--mla-form F]
+//   gattn run  --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]
+//              [--layer N] [--prefix P] [--decode-from K] [--stats S.json] [--check [--tol R]]
+//              [--reference] [--mla-form F] [--kv-dtype T] [--kv-numerics M] [--quiet]
 //   gattn cost --config C.json [--layers L] [--context N] [--tokens N]
 //   gattn info [--weights W.safetensors]
+//   gattn --version | gattn --help | gattn <command> --help
 //
-// Exit status: 0 success, 1 bad input (file, config, weights), 2 bad usage, 3 internal error.
+// Exit status: 0 success, 1 bad input (file, config, weights, failed write, failed --check),
+// 2 bad usage, 3 internal error.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,17 +32,52 @@
 
 namespace {
 
+/// Bad usage: the message, then a pointer to the command's --help (exit 2).
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-const char* const usage_text =
-    "usage:\n"
-    "  gattn run  --config C.json --weights W.safetensors --input X.safetensors --output Y.safetensors\n"
-    "             [--prefix P] [--decode-from K] [--stats S.json] [--reference]\n"
-    "             [--mla-form automatic|absorbed|expanded]\n"
-    "  gattn cost --config C.json [--layers L] [--context N] [--tokens N]\n"
-    "  gattn info [--weights W.safetensors]\n";
+/// Bad input that is not the library's to report: an unwritable output, a failed --check (exit 1).
+struct run_failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const char* const overview_text =
+    "usage: gattn <command> [options]\n"
+    "  run    run a layer on an input file and write its output\n"
+    "  cost   print a layer's parameter, FLOP and cache cost\n"
+    "  info   print the build (version, SIMD arch, threads) and a safetensors file's tensors\n"
+    "'gattn <command> --help' describes a command; 'gattn --version' prints the version.\n";
+
+const char* const run_help =
+    "usage: gattn run --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]\n"
+    "  Runs the layer on 'x' [T, d] from the input file and writes 'y' [T, d] (F32).\n"
+    "  --config C           gattn config, or a Hugging Face config.json (has 'model_type')\n"
+    "  --layer N            Hugging Face models: layer N (must be a gattn layer; its weights are\n"
+    "                       model.layers.N.self_attn.*)\n"
+    "  --prefix P           weight-name prefix (default: the layer's, else found when the file holds one layer)\n"
+    "  --output Y           where to write 'y'; optional with --check\n"
+    "  --decode-from K      prefill K tokens, then decode the rest one at a time through the KV cache\n"
+    "  --stats S.json       write the paper's statistics (SPEC 6) as JSON\n"
+    "  --check              compare with 'y' in the input file: prints max|dy|/max|y|, exit 1 above --tol\n"
+    "  --tol R              --check tolerance (default 1e-4)\n"
+    "  --reference          run SDPA on the double-precision oracle\n"
+    "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
+    "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
+    "  --kv-numerics M      exact or fast (SPEC 10)\n"
+    "  --quiet              no summary line on stderr\n";
+
+const char* const cost_help =
+    "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N]\n"
+    "  Prints parameters per projection, gate parameters x layers (the paper's Table 1), FLOPs per token\n"
+    "  at N keys of context, KV-cache bytes per token and gate activation bytes for N tokens.\n"
+    "  --layers L   layers to count (default: the config's gattn layers when it says which, else 1)\n"
+    "  --context N  keys of context for FLOPs per token (default 4096)\n"
+    "  --tokens N   tokens of one sequence for activation bytes (default 4096)\n";
+
+const char* const info_help =
+    "usage: gattn info [--weights W.safetensors]\n"
+    "  Prints the version, the SIMD arch and the threads; with --weights, the file's tensors and metadata.\n";
 
 /// --key value pairs and bare --flags; anything else is a usage error.
 struct arguments {
@@ -86,6 +131,29 @@ struct arguments {
       throw usage_error("option " + k + "=" + it->second + " is out of range (min " + std::to_string(min_value) + ")");
     return gattn::index(v);
   }
+  double positive_number(const std::string& k, double fallback) const {
+    auto it = values.find(k);
+    if (it == values.end()) return fallback;
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(it->second, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != it->second.size() || used == 0 || !(v > 0) || !std::isfinite(v))
+      throw usage_error("option " + k + " needs a positive number, got '" + it->second + "'");
+    return v;
+  }
+  /// The value of option `k` spelled as one of `values` (their to_string()), else `fallback`.
+  template <class Enum>
+  Enum choice(const std::string& k, std::initializer_list<Enum> choices, Enum fallback) const {
+    auto it = values.find(k);
+    if (it == values.end()) return fallback;
+    if (const auto v = gattn::io::detail::enum_named(it->second, choices)) return *v;
+    throw usage_error("option " + k + " must be " + gattn::io::detail::enum_names(choices) + ", got '" +
+                      it->second + "'");
+  }
 };
 
 /// The checkpoint prefix: --prefix, else the one under which "o_proj.weight" appears exactly once.
@@ -101,68 +169,235 @@ std::string find_prefix(const gattn::io::safetensors_file& file, const arguments
   std::string list;
   for (std::size_t i = 0; i < found.size() && i < 4; ++i) list += (i ? ", '" : "'") + found[i] + "'";
   throw gattn::weight_error("the weights hold " + std::to_string(found.size()) + " layers (prefixes " + list +
-                            (found.size() > 4 ? ", ..." : "") + "); choose one with --prefix");
+                            (found.size() > 4 ? ", ..." : "") + "); choose one with --prefix or --layer");
 }
+
+/// The config file as JSON, for what the layer config does not carry (a model's layer count).
+/// Called after load_layer_config accepted the file, so reading and parsing have been checked.
+nlohmann::json read_config_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return gattn::io::detail::parse_json_text(text.str(), path);
+}
+
+/// Refuses, before any computation, an output path that cannot be written: a directory, a missing
+/// or unwritable parent directory, an existing unwritable file. (The write itself is checked too.)
+void check_writable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string what = option + " '" + path + "'";
+  if (fs::is_directory(path, ec)) throw run_failure(what + ": is a directory");
+  if (fs::exists(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) throw run_failure(what + ": is not writable");
+    return;
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(dir, ec)) throw run_failure(what + ": directory '" + dir + "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw run_failure(what + ": directory '" + dir + "' is not writable");
+}
+
+/// Writes `text` to `path`; a failure to open, write, flush or close (ENOSPC on /dev/full shows only
+/// at the flush) is an error naming the option and path.
+void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw run_failure(option + " '" + path + "': cannot open for writing");
+  out << text;
+  out.flush();
+  const bool written = bool(out);
+  out.close();
+  if (!written || !out) throw run_failure(option + " '" + path + "': write failed");
+}
+
+using run_clock = std::chrono::steady_clock;
+
+double milliseconds_since(run_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(run_clock::now() - start).count();
+}
+
+/// "decode 120/4096" on one rewritten stderr line, once a run has taken ~2 s, when stderr is a terminal.
+class progress_line {
+ public:
+  explicit progress_line(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
+  void update(const char* phase, gattn::index done, gattn::index total) {
+    if (!enabled_) return;
+    const auto now = run_clock::now();
+    if (now - start_ < std::chrono::seconds(2) || now - last_ < std::chrono::milliseconds(250)) return;
+    last_ = now;
+    shown_ = true;
+    std::fprintf(stderr, "\rgattn: run: %s %lld/%lld tokens", phase, static_cast<long long>(done),
+                 static_cast<long long>(total));
+    std::fflush(stderr);
+  }
+  void clear() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+    shown_ = false;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  run_clock::time_point start_ = run_clock::now(), last_ = start_;
+};
+
+int available_threads() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// "3.14e-05": three significant digits, as %g writes them.
+std::string short_number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", v);
+  return text;
+}
+
+/// What --check measures: max|y - y_ref| / max|y_ref| (0 when both are 0; NaN anywhere gives NaN).
+double relative_error(const std::vector<float>& y, const std::vector<double>& y_ref) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    const double d = std::fabs(double(y[i]) - y_ref[i]);
+    if (std::isnan(d)) return std::nan("");
+    diff = std::max(diff, d);
+    scale = std::max(scale, std::fabs(y_ref[i]));
+  }
+  return diff == 0 ? 0.0 : diff / scale;
+}
+
+/// Options that change how the layer computes, passed on to it (kv_numerics: once layers take it).
+struct run_options {
+  std::optional<gattn::storage_type> kv_dtype;
+  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;
+};
 
 int run_command(int argc, char** argv) {
   const arguments args(argc, argv, 2,
                        {"--config", "--weights", "--input", "--output", "--prefix", "--decode-from", "--stats",
-                        "--mla-form"},
-                       {"--reference"});
-  const gattn::layer_config cfg = gattn::io::load_layer_config(args.need("--config"));
+                        "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol"},
+                       {"--reference", "--check", "--quiet"});
+  // Every usage error before any file is read.
+  const std::string config_path = args.need("--config");
+  args.need("--weights");
+  const std::string input_path = args.need("--input");
+  const bool check = args.flag("--check");
+  if (!check) args.need("--output");
+  if (args.has("--tol") && !check) throw usage_error("option --tol needs --check");
+  const double tolerance = args.positive_number("--tol", 1e-4);
+  const gattn::index layer_index = args.integer("--layer", -1, 0);
+  const gattn::index decode_from = args.integer("--decode-from", -1, 0);
+  const gattn::mla_form form = args.choice(
+      "--mla-form", {gattn::mla_form::automatic, gattn::mla_form::absorbed, gattn::mla_form::expanded},
+      gattn::mla_form::automatic);
+  run_options options;
+  if (args.has("--kv-dtype"))
+    options.kv_dtype = args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  options.kv_numerics =
+      args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
+  if (args.has("--output")) check_writable("--output", args.values.at("--output"));
+  if (args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
+
+  gattn::layer_config cfg = gattn::io::load_layer_config(config_path, layer_index);
+  if (options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *options.kv_dtype; }, cfg);
   const auto weights_file = gattn::io::safetensors_file::open(args.need("--weights"));
-  const std::string prefix = find_prefix(weights_file, args);
+  const std::string prefix = layer_index >= 0 && !args.has("--prefix")
+                                 ? gattn::io::hf_layer_prefix(read_config_json(config_path), layer_index)
+                                 : find_prefix(weights_file, args);
   gattn::any_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true));
   if (args.flag("--reference")) layer.set_sdpa(&gattn::reference_sdpa);
-  if (args.has("--mla-form")) {
-    const std::string f = args.values.at("--mla-form");
-    if (f == "absorbed") layer.set_mla_form(gattn::mla_form::absorbed);
-    else if (f == "expanded") layer.set_mla_form(gattn::mla_form::expanded);
-    else if (f != "automatic") throw usage_error("--mla-form must be automatic, absorbed or expanded, got '" + f + "'");
-  }
+  if (form != gattn::mla_form::automatic) layer.set_mla_form(form);
 
-  const std::string input_path = args.need("--input");
   const auto input = gattn::io::safetensors_file::open(input_path);
   const auto& xi = input.info("x");
   const gattn::index d = layer.hidden();
   gattn::detail::require<gattn::shape_error>(xi.shape.size() == 2 && xi.shape[1] == d, input_path, ": 'x' has shape ",
                                              gattn::io::detail::shape_string(xi.shape), ", expected [T, ", d, "]");
   const gattn::index T = xi.shape[0];
+  std::vector<double> y_ref;
+  if (check) {
+    gattn::detail::require<gattn::shape_error>(input.contains("y"), input_path,
+                                               ": --check needs a tensor 'y' [T, d] in the input file; it has none");
+    const auto& yi = input.info("y");
+    gattn::detail::require<gattn::shape_error>(yi.shape.size() == 2 && yi.shape[0] == T && yi.shape[1] == d,
+                                               input_path, ": 'y' has shape ", gattn::io::detail::shape_string(yi.shape),
+                                               ", expected [", T, ", ", d, "] for --check");
+    y_ref = input.read_f64("y");
+  }
+  if (decode_from > T)
+    throw usage_error("--decode-from " + std::to_string(decode_from) + " is past the input's " + std::to_string(T) +
+                      " tokens");
   const std::vector<float> x = input.read_f32("x");
   std::vector<float> y(std::size_t(T * d));
-  const std::string output_path = args.need("--output");
 
   gattn::statistics_observer observer;
   gattn::statistics_observer* stats = args.has("--stats") ? &observer : nullptr;
-  if (!args.has("--decode-from")) {
+  const bool quiet = args.flag("--quiet");
+  progress_line progress(!quiet);
+  const gattn::index prefilled = decode_from < 0 ? T : decode_from;
+  const auto prefill_start = run_clock::now();
+  if (decode_from < 0) {
     layer.forward({x.data(), T, d, d}, {y.data(), T, d, d}, stats);
-  } else {
-    const gattn::index k = args.integer("--decode-from", 0, 0);
-    if (k > T) throw usage_error("--decode-from " + std::to_string(k) + " is past the input's " + std::to_string(T) + " tokens");
-    gattn::detail::require<gattn::cache_error>(layer.causal(), "--decode-from needs a causal layer (the config says causal=false)");
-    gattn::kv_cache cache = layer.make_cache(T);
-    if (k > 0) layer.prefill({x.data(), k, d, d}, cache, {y.data(), k, d, d}, stats);
-    for (gattn::index t = k; t < T; ++t)
-      layer.decode({x.data() + t * d, 1, d, d}, cache, {y.data() + t * d, 1, d, d}, stats);
   }
-  gattn::io::write_safetensors(output_path, {{"y", gattn::io::dtype::f32, {T, d}, y.data()}},
-                               {{"producer", std::string("gattn ") + GATTN_VERSION}});
-  if (stats) {
-    const std::string path = args.values.at("--stats");
-    std::ofstream out(path);
-    gattn::detail::require<gattn::format_error>(bool(out), path, ": cannot open for writing");
-    out << observer.result().to_json().dump(2) << "\n";
-    gattn::detail::require<gattn::format_error>(bool(out), path, ": write error");
+  std::optional<gattn::kv_cache> cache;
+  if (decode_from >= 0) {
+    gattn::detail::require<gattn::cache_error>(layer.causal(), "--decode-from needs a causal layer (the config says causal=false)");
+    cache.emplace(layer.make_cache(T));
+    if (prefilled > 0) layer.prefill({x.data(), prefilled, d, d}, *cache, {y.data(), prefilled, d, d}, stats);
+  }
+  const double prefill_ms = milliseconds_since(prefill_start);
+  const auto decode_start = run_clock::now();
+  for (gattn::index t = prefilled; t < T; ++t) {
+    layer.decode({x.data() + t * d, 1, d, d}, *cache, {y.data() + t * d, 1, d, d}, stats);
+    progress.update("decode", t + 1 - prefilled, T - prefilled);
+  }
+  const double decode_ms = milliseconds_since(decode_start);
+  progress.clear();
+
+  if (args.has("--output")) {
+    gattn::io::write_safetensors(args.values.at("--output"), {{"y", gattn::io::dtype::f32, {T, d}, y.data()}},
+                                 {{"producer", std::string("gattn ") + GATTN_VERSION}});
+  }
+  if (stats) write_text_file("--stats", args.values.at("--stats"), observer.result().to_json().dump(2) + "\n");
+  if (!quiet) {
+    // One greppable line of key=value fields; new fields are appended, never reordered.
+    const double seconds = (prefill_ms + decode_ms) / 1000;
+    std::fprintf(stderr, "gattn: run: tokens=%lld prefill=%lld/%.3fms decode=%lld/%.3fms tok/s=%.3g arch=%s threads=%d\n",
+                 static_cast<long long>(T), static_cast<long long>(prefilled), prefill_ms,
+                 static_cast<long long>(T - prefilled), decode_ms, seconds > 0 ? double(T) / seconds : 0.0,
+                 gattn::default_arch_name().c_str(), available_threads());
+  }
+  if (check) {
+    const double rel = relative_error(y, y_ref);
+    const bool ok = rel <= tolerance;  // NaN fails
+    std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(tolerance) << " "
+              << (ok ? "ok" : "FAILED") << "\n";
+    if (!ok)
+      throw run_failure("--check: relative error " + short_number(rel) + " is above --tol " + short_number(tolerance) +
+                        " (against 'y' in " + input_path + ")");
   }
   return 0;
 }
 
 int cost_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--config", "--layers", "--context", "--tokens"}, {});
-  const gattn::layer_config cfg = gattn::io::load_layer_config(args.need("--config"));
-  const gattn::index layers = args.integer("--layers", 1, 1);
+  const std::string config_path = args.need("--config");
   const gattn::index context = args.integer("--context", 4096, 0);
   const gattn::index tokens = args.integer("--tokens", 4096, 0);
+  gattn::index layers = args.integer("--layers", 1, 1);
+  const gattn::layer_config cfg = gattn::io::load_layer_config(config_path);
+  const nlohmann::json j = read_config_json(config_path);
+  // A hybrid model (Qwen3-Next) has gattn layers among others: count only those.
+  if (j.contains("model_type")) {
+    if (const auto census = gattn::io::attention_layers(j)) {
+      std::cout << "model: " << census->attention.size() << " of " << census->total
+                << " layers are gattn layers (" << gattn::io::detail::hf_layer_list(census->attention) << ")";
+      if (!args.has("--layers")) layers = gattn::index(census->attention.size());
+      std::cout << (args.has("--layers") ? "; counting --layers " : "; counting ") << layers << "\n\n";
+    }
+  }
   const gattn::layer_cost c = std::visit([](const auto& l) { return gattn::cost(l); }, cfg);
   std::cout << gattn::format_cost_report(c, layers, context, tokens);
   return 0;
@@ -189,23 +424,66 @@ int info_command(int argc, char** argv) {
   return 0;
 }
 
+/// The command named by argv[1], or "" when there is none (the pointer then names plain --help).
+std::string command_of(int argc, char** argv) {
+  if (argc < 2) return "";
+  const std::string cmd = argv[1];
+  return cmd == "run" || cmd == "cost" || cmd == "info" ? cmd : "";
+}
+
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  return false;
+}
+
+int dispatch(int argc, char** argv) {
+  if (argc < 2) throw usage_error("missing command");
+  const std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "-V") {
+    std::cout << "gattn " << GATTN_VERSION << "\n";
+    return 0;
+  }
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::cout << overview_text;
+    return 0;
+  }
+  struct command {
+    const char* name;
+    const char* help;
+    int (*run)(int, char**);
+  };
+  for (const command& c : {command{"run", run_help, run_command}, command{"cost", cost_help, cost_command},
+                           command{"info", info_help, info_command}}) {
+    if (cmd != c.name) continue;
+    if (asks_for_help(argc, argv)) {
+      std::cout << c.help;
+      return 0;
+    }
+    return c.run(argc, argv);
+  }
+  throw usage_error("unknown command '" + cmd + "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    if (argc < 2) throw usage_error("missing command");
-    const std::string cmd = argv[1];
-    if (cmd == "run") return run_command(argc, argv);
-    if (cmd == "cost") return cost_command(argc, argv);
-    if (cmd == "info") return info_command(argc, argv);
-    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
-      std::cout << usage_text;
-      return 0;
+    const int status = dispatch(argc, argv);
+    // Output on stdout that cannot be written (a closed pipe, a full disk) is a failed run too.
+    std::cout.flush();
+    if (!std::cout) {
+      std::fprintf(stderr, "gattn: error: writing to standard output failed\n");
+      return 1;
     }
-    throw usage_error("unknown command '" + cmd + "'");
+    return status;
   } catch (const usage_error& e) {
-    std::cerr << "gattn: " << e.what() << "\n" << usage_text;
+    const std::string cmd = command_of(argc, argv);
+    std::cerr << "gattn: " << e.what() << " (see 'gattn " << (cmd.empty() ? "" : cmd + " ") << "--help')\n";
     return 2;
+  } catch (const run_failure& e) {
+    std::cerr << "gattn: error: " << e.what() << "\n";
+    return 1;
   } catch (const gattn::error& e) {
     std::cerr << "gattn: error: " << e.what() << "\n";
     return 1;

@@ -2,7 +2,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "gattn/io/gattn_config.hpp"
+#include "support/vectors.hpp"
 
 namespace {
 
@@ -79,6 +83,65 @@ INSTANTIATE_TEST_SUITE_P(
                       refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "source": "low_rank"}})", "rank"},
                       refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "layout": "rows"}})", "layout"},
                       refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 7, "v_head_dim": 16, "kv_lora_rank": 32})", "qk_rope_head_dim"},
-                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "gate": {"position": "G2", "granularity": "headwise"}})", "G1"}));
+                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "gate": {"position": "G2", "granularity": "headwise"}})", "G1"},
+                      // Unknown keys: a typo, a newer version's key, at the top, in the gate, in rope_scaling.
+                      refusal{R"({"hidden_size": 64, "num_attention_heads": 4, "num_attention_head": 4, "head_dim": 16})", "unknown key 'num_attention_head'"},
+                      refusal{R"({)" GQA_BASE R"(, "sliding_window_pattern": null})", "unknown key 'sliding_window_pattern'"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "activaton": "silu"}})", "unknown key 'activaton'"},
+                      refusal{R"({)" GQA_BASE R"(, "rope_scaling": {"type": "yarn", "factor": 2, "original_max_position_embeddings": 64, "beta_fsat": 8}})", "unknown key 'beta_fsat'"},
+                      // A key of the other family would be ignored by this one's math.
+                      refusal{R"({)" GQA_BASE R"(, "kv_lora_rank": 32})", "'kv_lora_rank' is an MLA key"},
+                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "qk_norm": "rms"})", "'qk_norm' is a GQA key"},
+                      refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "output_norm": "rms"})", "'output_norm' is a GQA key"},
+                      // SPEC §10 values.
+                      refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": "fp8"})", "'kv_cache_dtype'=\"fp8\" must be f32, bf16 or f16"},
+                      refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": 16})", "kv_cache_dtype"},
+                      refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "gate_rounding": "f16"}})", "'gate_rounding'=\"f16\" must be none or bf16"},
+                      refusal{R"({)" GQA_BASE R"(, "attention_bias": "no"})", "attention_bias"}));
+
+TEST(GattnConfig, KvCacheDtypeAndGateRounding) {
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(})").kv_cache_type, gattn::storage_type::f32);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "kv_cache_dtype": "bf16"})").kv_cache_type, gattn::storage_type::bf16);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "kv_cache_dtype": "f16"})").kv_cache_type, gattn::storage_type::f16);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "kv_cache_dtype": "f32"})").kv_cache_type, gattn::storage_type::f32);
+  const auto m = std::get<gattn::mla_config>(parse_gattn_config(json::parse(
+      R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16,
+          "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "kv_cache_dtype": "bf16",
+          "gate": {"position": "G1", "granularity": "elementwise", "gate_rounding": "bf16"}})")));
+  EXPECT_EQ(m.kv_cache_type, gattn::storage_type::bf16);
+  EXPECT_EQ(m.gate.rounding, gattn::gate_rounding::bf16);
+  const auto g = gqa(R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "gate_rounding": "none"}})");
+  EXPECT_EQ(g.gate.rounding, gattn::gate_rounding::none);
+}
+
+// Every key SPEC §9 names is accepted (so refusing unknown keys refuses nothing documented).
+TEST(GattnConfig, EveryDocumentedKeyIsAccepted) {
+  EXPECT_NO_THROW(parse_gattn_config(json::parse(R"({"attention": "gqa", "hidden_size": 64, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "head_dim": 16, "qk_norm": "rms", "rms_norm_eps": 1e-5, "rope_theta": 1e4,
+      "partial_rotary_factor": 0.5, "rope_style": "neox", "causal": true, "attention_bias": true,
+      "output_norm": null, "attention_scale": 0.2, "kv_cache_dtype": "f16", "sliding_window": null,
+      "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 64,
+                       "beta_fast": 32, "beta_slow": 1, "mscale": 1, "mscale_all_dim": 1, "attention_factor": 1,
+                       "truncate": false},
+      "gate": {"position": "G1", "granularity": "headwise", "shared": false, "activation": "sigmoid",
+               "combine": "mul", "source": "separate", "layout": "per_head", "rank": 0, "gate_rounding": "none"}})")));
+  EXPECT_NO_THROW(parse_gattn_config(json::parse(R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4,
+      "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 16,
+      "rms_norm_eps": 1e-6, "rope_theta": 1e4, "rope_style": "interleaved", "causal": true, "attention_bias": false,
+      "attention_scale": 0.2, "kv_cache_dtype": "bf16"})")));
+}
+
+// Every vector's config (file and safetensors metadata) still parses.
+TEST(GattnConfig, EveryVectorConfigParses) {
+  int seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(gattn::test::data_path(""))) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 12 || name.compare(name.size() - 12, 12, ".config.json") != 0) continue;
+    std::ifstream in(entry.path());
+    EXPECT_NO_THROW(parse_gattn_config(json::parse(in))) << name;
+    ++seen;
+  }
+  EXPECT_GE(seen, 40);
+}
 
 }  // namespace

@@ -545,8 +545,67 @@ TEST(HfConfigLayers, LayerTypesAndIntervalDecide) {
   EXPECT_EQ(gattn::io::first_attention_layer(qwen3_json()), 0);
 }
 
+/// The config_error message of `f()` ("" and a failure when it does not throw one).
+template <class F>
+std::string config_error_of(F f) {
+  try {
+    f();
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no config_error";
+  return "";
+}
+
+TEST(HfConfigLayers, RefusedLayerNamesTheGattnLayers) {
+  json j = qwen3_next_json();
+  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 2); }), HasSubstr("gattn (full-attention) layers: 3, 7 (2 of 8)"));
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
+                      "full_attention", "linear_attention", "linear_attention", "linear_attention"};
+  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 5); }), HasSubstr("layers: 0, 4 (2 of 8)"));
+  j = qwen3_next_json();
+  j.erase("num_hidden_layers");  // the count unknown: the first one and the rule
+  const std::string e = config_error_of([&] { gattn::io::hf_layer_prefix(j, 0); });
+  EXPECT_THAT(e, HasSubstr("the first is 3"));
+  EXPECT_THAT(e, HasSubstr("(i+1) % 4 == 0"));
+}
+
+TEST(HfConfigLayers, AttentionLayersCountsOnlyGattnLayers) {
+  const auto next = gattn::io::attention_layers(read_json(data_path("hf_qwen3_next/config.json")));
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->attention, (std::vector<gattn::index>{3, 7}));
+  EXPECT_EQ(next->total, 8);
+  json j = qwen3_next_json();
+  j["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
+  EXPECT_EQ(gattn::io::attention_layers(j)->attention, (std::vector<gattn::index>{1, 3}));
+  EXPECT_EQ(gattn::io::attention_layers(j)->total, 4);
+  json windowed = qwen3_json();
+  windowed["use_sliding_window"] = true;
+  windowed["max_window_layers"] = 2;  // layers 2 and 3 use the window: not gattn layers
+  EXPECT_EQ(gattn::io::attention_layers(windowed)->attention, (std::vector<gattn::index>{0, 1}));
+  EXPECT_EQ(gattn::io::attention_layers(qwen3_json())->attention.size(), 4u);
+  EXPECT_FALSE(gattn::io::attention_layers(deepseek_json()).has_value());  // no num_hidden_layers
+  j = qwen3_next_json();
+  j["num_hidden_layers"] = 1 << 30;
+  EXPECT_THROW(gattn::io::attention_layers(j), config_error);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The file dispatcher
+
+TEST(HfConfigFile, LoadLayerConfigTakesALayerIndex) {
+  const std::string path = data_path("hf_qwen3_next/config.json");
+  expect_same(gattn::io::load_layer_config(path, 3), load_hf_vector("hf_qwen3_next").expected);
+  expect_same(gattn::io::load_layer_config(path, 7), load_hf_vector("hf_qwen3_next").expected);
+  const std::string e = config_error_of([&] { gattn::io::load_layer_config(path, 2); });
+  EXPECT_THAT(e, HasSubstr(path));
+  EXPECT_THAT(e, HasSubstr("layer 2 is a linear-attention"));
+  EXPECT_THAT(e, HasSubstr("3, 7"));
+  EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(path, 8); }), HasSubstr("num_hidden_layers"));
+  // A gattn config is one layer: an index is a mistake, not something to ignore.
+  EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(data_path("gqa_plain.config.json"), 0); }),
+              HasSubstr("gattn config describes one layer"));
+}
 
 /// A scratch file removed at scope exit.
 struct temp_file {

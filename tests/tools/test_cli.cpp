@@ -1,5 +1,6 @@
-// The `gattn` command-line tool end to end: every vector through `gattn run` in prefill and decode,
-// `gattn cost` on the paper's Table 1 shape, `gattn info`, and clean refusals of bad input.
+// The `gattn` command-line tool end to end: every vector through `gattn run --check` in prefill and
+// decode, `gattn cost` on the paper's Table 1 shape, `gattn info`, help and version, the summary line,
+// failed writes, and clean refusals of bad input and bad usage.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "gattn/io/safetensors.hpp"
 #include "support/vectors.hpp"
@@ -64,6 +67,15 @@ class CliRun : public ::testing::TestWithParam<std::string> {
   }
 };
 
+/// The lines of `text` (each without its newline); a last line without a newline counts too.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// --check compares with the vector's own `y` (exit 1 above --tol); the output file is compared here too.
 TEST_P(CliRun, ReproducesVectorInPrefillAndDecode) {
   const std::string name = GetParam();
   const std::string st = test::data_path(name + ".safetensors");
@@ -75,9 +87,10 @@ TEST_P(CliRun, ReproducesVectorInPrefillAndDecode) {
   for (const std::string mode : {"", "--decode-from 0", "--decode-from 5", "--reference --decode-from 3"}) {
     if (!causal && !mode.empty()) continue;
     const fs::path out = scratch_dir() / (name + ".y.safetensors");
-    const auto r = run_cli("run --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --output '" +
+    const auto r = run_cli("run --check --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --output '" +
                            out.string() + "' " + mode);
     ASSERT_EQ(r.status, 0) << mode << ": " << r.err;
+    EXPECT_THAT(r.out, ::testing::MatchesRegex("check: max\\|y-y_ref\\|/max\\|y_ref\\|=[-+.e0-9]+ tol=0.0001 ok\n")) << mode;
     const auto y = gattn::io::safetensors_file::open(out.string()).read_f64("y");
     ASSERT_EQ(y.size(), y_ref.size());
     EXPECT_LE(test::max_abs_diff(y, y_ref), 1e-4 * test::max_abs(y_ref)) << mode;
@@ -163,6 +176,187 @@ TEST(Cli, BadInputIsOneClearLineAndNonZeroStatus) {
     EXPECT_THAT(r.err, ::testing::StartsWith("gattn: ")) << b.args;
   }
   EXPECT_FALSE(fs::exists(out));
+}
+
+
+/// `gattn run` on gqa_plain with `extra` options (no --output unless given).
+cli_result run_plain(const std::string& extra) {
+  const std::string st = test::data_path("gqa_plain.safetensors");
+  return run_cli("run --config '" + test::data_path("gqa_plain.config.json") + "' --weights '" + st + "' --input '" + st +
+                 "' " + extra);
+}
+
+TEST(Cli, HelpAndVersionExitZero) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const auto v = run_cli("--version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_THAT(v.out, ::testing::MatchesRegex("gattn [^ \n]+\n"));
+  for (const std::string args : {"--help", "run --help", "cost --help", "info --help", "run --config x.json --help"}) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+    EXPECT_THAT(r.out, ::testing::StartsWith("usage: gattn")) << args;
+    EXPECT_EQ(r.err, "") << args;
+  }
+  EXPECT_THAT(run_cli("run --help").out, ::testing::HasSubstr("--kv-dtype"));
+  EXPECT_THAT(run_cli("cost --help").out, ::testing::HasSubstr("--layers"));
+}
+
+TEST(Cli, UsageErrorIsOneLinePointingToHelp) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  struct bad { std::string args, word, help; };
+  const bad cases[] = {{"", "missing command", "'gattn --help'"},
+                       {"frobnicate", "unknown command 'frobnicate'", "'gattn --help'"},
+                       {"run --config c.json", "missing required option --weights", "'gattn run --help'"},
+                       {"run --frobnicate", "unknown argument '--frobnicate'", "'gattn run --help'"},
+                       {"run --config c.json --weights w --input x --check --tol -1", "--tol", "'gattn run --help'"},
+                       {"run --config c.json --weights w --input x --output y --tol 1e-3", "--tol needs --check", "'gattn run --help'"},
+                       {"run --config c.json --weights w --input x --check --kv-dtype fp8", "--kv-dtype must be f32, bf16 or f16", "'gattn run --help'"},
+                       {"run --config c.json --weights w --input x --check --kv-numerics slow", "--kv-numerics must be exact or fast", "'gattn run --help'"},
+                       {"run --config c.json --weights w --input x --check --layer -3", "--layer", "'gattn run --help'"},
+                       {"cost --layers 2", "missing required option --config", "'gattn cost --help'"}};
+  for (const bad& b : cases) {
+    const auto r = run_cli(b.args);
+    EXPECT_EQ(r.status, 2) << b.args;
+    const auto lines = lines_of(r.err);
+    ASSERT_EQ(lines.size(), 1u) << b.args << ":\n" << r.err;
+    EXPECT_THAT(lines[0], ::testing::StartsWith("gattn: ")) << b.args;
+    EXPECT_THAT(lines[0], ::testing::HasSubstr(b.word)) << b.args;
+    EXPECT_THAT(lines[0], ::testing::EndsWith("(see " + b.help + ")")) << b.args;
+    EXPECT_EQ(r.out, "") << b.args;
+  }
+}
+
+TEST(Cli, UnknownConfigKeyExitsOneNamingIt) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const fs::path cfg = scratch_dir() / "typo.json";
+  std::ofstream(cfg) << R"({"hidden_size": 32, "num_attention_heads": 2, "num_attention_head": 2, "head_dim": 16})";
+  const auto r = run_cli("cost --config '" + cfg.string() + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("unknown key 'num_attention_head'"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(cfg.string()));
+  EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+}
+
+TEST(Cli, SummaryLineOnStderrUnlessQuiet) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const fs::path out = scratch_dir() / "summary_y.safetensors";
+  const auto r = run_plain("--output '" + out.string() + "' --decode-from 5");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  ASSERT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  EXPECT_THAT(r.err, ::testing::MatchesRegex("gattn: run: tokens=13 prefill=5/[.0-9]+ms decode=8/[.0-9]+ms "
+                                             "tok/s=[-+.e0-9]+ arch=[a-z0-9_.]+ threads=[0-9]+\n"));
+  const auto q = run_plain("--output '" + out.string() + "' --quiet");
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_EQ(q.err, "");
+  EXPECT_EQ(q.out, "");
+}
+
+TEST(Cli, CheckFailsAboveToleranceOrWithoutY) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const auto strict = run_plain("--check --tol 1e-30 --quiet");
+  EXPECT_EQ(strict.status, 1);
+  EXPECT_THAT(strict.out, ::testing::HasSubstr("FAILED"));
+  EXPECT_THAT(strict.err, ::testing::HasSubstr("above --tol 1e-30"));
+  EXPECT_EQ(lines_of(strict.err).size(), 1u) << strict.err;
+  // An input without `y`: refused before computing, naming the file.
+  const auto src = gattn::io::safetensors_file::open(test::data_path("gqa_plain.safetensors"));
+  const auto x = src.read_f32("x");
+  const auto& xi = src.info("x");
+  const fs::path input = scratch_dir() / "x_only.safetensors";
+  gattn::io::write_safetensors(input.string(), {{"x", gattn::io::dtype::f32, {gattn::index(xi.shape[0]), gattn::index(xi.shape[1])}, x.data()}}, {});
+  const std::string st = test::data_path("gqa_plain.safetensors");
+  const auto r = run_cli("run --check --config '" + test::data_path("gqa_plain.config.json") + "' --weights '" + st +
+                         "' --input '" + input.string() + "'");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("'y'"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(input.string()));
+}
+
+TEST(Cli, FailedWriteFailsTheRun) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path out = scratch_dir() / "full_y.safetensors";
+  for (const std::string& opts : {"--output '" + out.string() + "' --stats /dev/full", std::string("--output /dev/full")}) {
+    const auto r = run_plain(opts);
+    EXPECT_EQ(r.status, 1) << opts;
+    const auto lines = lines_of(r.err);
+    ASSERT_EQ(lines.size(), 1u) << opts << ":\n" << r.err;  // no success summary before the failure
+    EXPECT_THAT(lines[0], ::testing::StartsWith("gattn: error: ")) << opts;
+    EXPECT_THAT(lines[0], ::testing::HasSubstr("/dev/full")) << opts;
+  }
+}
+
+TEST(Cli, OutputPathsAreCheckedBeforeComputing) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const fs::path out = scratch_dir() / "early_y.safetensors";
+  fs::remove(out);
+  struct bad { std::string opts, word; };
+  const bad cases[] = {{"--output '" + scratch_dir().string() + "'", "is a directory"},
+                       {"--output '" + (scratch_dir() / "no_dir" / "y.safetensors").string() + "'", "does not exist"},
+                       {"--output '" + out.string() + "' --stats '" + scratch_dir().string() + "'", "--stats"},
+                       // A bad weights file would fail the run later: the path check comes first.
+                       {"--output '" + scratch_dir().string() + "' --prefix nowhere.", "is a directory"}};
+  for (const bad& b : cases) {
+    const auto r = run_plain(b.opts);
+    EXPECT_EQ(r.status, 1) << b.opts;
+    EXPECT_THAT(r.err, ::testing::HasSubstr(b.word)) << b.opts;
+    EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(out)) << "the output was written although --stats was refused";
+}
+
+TEST(Cli, KvOptionsAreAccepted) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  // The tolerance is bf16's (SPEC §10 fast numerics), whether or not the layer stores bf16 yet.
+  const auto r = run_plain("--check --tol 1e-2 --quiet --kv-dtype bf16 --kv-numerics fast --decode-from 4");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST(Cli, WrongPrefixNamesPrefixFileAndPrefixesPresent) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string dir = test::data_path("hf_qwen3_next");
+  const auto r = run_cli("run --check --config '" + dir + "/config.json' --weights '" + dir +
+                         "/model.safetensors' --input '" + dir + "/io.safetensors' --prefix model.layers.1.self_attn.");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("prefix 'model.layers.1.self_attn.'"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(dir + "/model.safetensors"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("prefixes present: 'model.layers.3.self_attn.'"));
+}
+
+// tests/data/hf_qwen3_next: 8 layers, full_attention_interval 4, so layers 3 and 7 are full attention;
+// the checkpoint holds layer 3 (io.safetensors' metadata prefix).
+TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string dir = test::data_path("hf_qwen3_next");
+  const std::string base = "run --check --quiet --config '" + dir + "/config.json' --weights '" + dir +
+                           "/model.safetensors' --input '" + dir + "/io.safetensors' --layer ";
+  const auto ok = run_cli(base + "3");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_THAT(ok.out, ::testing::HasSubstr(" ok\n"));
+  const auto linear = run_cli(base + "2");
+  EXPECT_EQ(linear.status, 1);
+  EXPECT_THAT(linear.err, ::testing::HasSubstr("layer 2 is a linear-attention"));
+  EXPECT_THAT(linear.err, ::testing::HasSubstr("3, 7 (2 of 8)"));
+  const auto absent = run_cli(base + "7");  // a gattn layer, but not in this checkpoint
+  EXPECT_EQ(absent.status, 1);
+  EXPECT_THAT(absent.err, ::testing::HasSubstr("prefix 'model.layers.7.self_attn.'"));
+  const auto gattn_config = run_plain("--check --layer 0");
+  EXPECT_EQ(gattn_config.status, 1);
+  EXPECT_THAT(gattn_config.err, ::testing::HasSubstr("describes one layer"));
+}
+
+TEST(Cli, CostCountsOnlyTheGattnLayers) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string cfg = test::data_path("hf_qwen3_next/config.json");
+  const auto r = run_cli("cost --config '" + cfg + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::StartsWith("model: 2 of 8 layers are gattn layers (3, 7); counting 2\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("x 2 layers"));
+  const auto forced = run_cli("cost --config '" + cfg + "' --layers 5");
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  EXPECT_THAT(forced.out, ::testing::HasSubstr("counting --layers 5"));
+  EXPECT_THAT(forced.out, ::testing::HasSubstr("x 5 layers"));
 }
 
 }  // namespace

@@ -39,20 +39,27 @@ inline bool depth_at_most(const nlohmann::json& j, std::size_t limit) {
 }  // namespace detail
 
 /// Parses an already-read JSON document: `model_type` present → parse_hf_config, else parse_gattn_config.
+/// `layer` >= 0 picks that layer of a Hugging Face model (refused unless it is a gattn layer; a gattn
+/// config describes one layer and takes none).
 /// Throws config_error for a refused config, format_error for a document nested absurdly deep.
-inline layer_config parse_layer_config(const nlohmann::json& j) {
+inline layer_config parse_layer_config(const nlohmann::json& j, index layer = -1) {
   gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
   gattn::detail::require<format_error>(detail::depth_at_most(j, detail::max_config_depth),
                                        "config: JSON nested deeper than ", detail::max_config_depth, " levels");
   // A null model_type still marks a Hugging Face file; parse_hf_config then names the bad key.
-  return j.contains("model_type") ? parse_hf_config(j) : parse_gattn_config(j);
+  if (!j.contains("model_type")) {
+    gattn::detail::require<config_error>(layer < 0, "config: layer ", layer,
+                                         " given, but a gattn config describes one layer (no 'model_type')");
+    return parse_gattn_config(j);
+  }
+  return layer < 0 ? parse_hf_config(j) : parse_hf_config(j, layer);
 }
 
-/// Reads a layer config file and dispatches as parse_layer_config does.
+/// Reads a layer config file and dispatches as parse_layer_config does (`layer` likewise).
 ///
 /// Throws format_error naming `path` when the file cannot be read, is not JSON or is not a JSON
 /// object; config_error (prefixed with `path`) when its content is refused.
-inline layer_config load_layer_config(const std::string& path) {
+inline layer_config load_layer_config(const std::string& path, index layer = -1) {
   std::error_code ec;
   gattn::detail::require<format_error>(!std::filesystem::is_directory(path, ec), path,
                                        ": is a directory, not a config file");
@@ -67,7 +74,7 @@ inline layer_config load_layer_config(const std::string& path) {
   gattn::detail::require<format_error>(detail::depth_at_most(j, detail::max_config_depth), path,
                                        ": JSON nested deeper than ", detail::max_config_depth, " levels");
   try {
-    return parse_layer_config(j);
+    return parse_layer_config(j, layer);
   } catch (const config_error& e) {
     // Keep the class (callers may catch config_error) and add which file was refused.
     throw config_error(path + ": " + e.what());

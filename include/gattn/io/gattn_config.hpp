@@ -1,8 +1,11 @@
 // The gattn config JSON of SPEC §9 -> gqa_config / mla_config.
 #pragma once
 
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +15,75 @@
 namespace gattn {
 namespace io {
 namespace detail {
+
+/// The enumerator of `values` whose to_string() is `s`, if any: one spelling for parser and printer.
+template <class Enum>
+std::optional<Enum> enum_named(const std::string& s, std::initializer_list<Enum> values) {
+  for (Enum v : values)
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+/// "a, b or c": the accepted spellings, for error messages.
+template <class Enum>
+std::string enum_names(std::initializer_list<Enum> values) {
+  std::string list;
+  std::size_t i = 0;
+  for (Enum v : values) {
+    if (i++) list += i == values.size() ? " or " : ", ";
+    list += to_string(v);
+  }
+  return list;
+}
+
+/// A string-valued key that must name one of `values`; absent (or null) gives `fallback`.
+template <class Enum>
+Enum get_enum(const json& obj, const char* key, const std::string& where, std::initializer_list<Enum> values,
+              Enum fallback) {
+  if (!has(obj, key)) return fallback;
+  const std::string s = get_string(obj, key, where, "");
+  if (const auto v = enum_named(s, values)) return *v;
+  throw config_error(gattn::detail::concat(where, ": '", key, "'=\"", s, "\" must be ", enum_names(values)));
+}
+
+/// SPEC §9's keys: common to both families, then each family's own.
+inline const std::vector<const char*> gqa_only_keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
+                                                       "partial_rotary_factor"};
+inline const std::vector<const char*> mla_only_keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                       "kv_lora_rank", "q_lora_rank"};
+inline std::vector<const char*> with_common_keys(const std::vector<const char*>& own) {
+  std::vector<const char*> keys = {"attention",    "hidden_size",    "num_attention_heads", "rms_norm_eps",
+                                   "rope_theta",   "rope_style",     "rope_scaling",        "causal",
+                                   "attention_bias", "attention_scale", "kv_cache_dtype",   "gate",
+                                   "sliding_window"};
+  keys.insert(keys.end(), own.begin(), own.end());
+  return keys;
+}
+inline const std::vector<const char*> gqa_keys = with_common_keys(gqa_only_keys);
+inline const std::vector<const char*> mla_keys = with_common_keys(mla_only_keys);
+
+inline constexpr std::initializer_list<storage_type> storage_types = {storage_type::f32, storage_type::bf16,
+                                                                      storage_type::f16};
+
+/// A key present in `obj` is either in `known`, or in `foreign` (a key of the other attention family,
+/// refused as such), or unknown. A typo or a newer version's key must not be ignored: the layer would
+/// silently differ from the one the file describes.
+inline void refuse_unknown_keys(const json& obj, const std::string& where, const std::vector<const char*>& known,
+                                const std::vector<const char*>& foreign = {}, const char* foreign_note = "") {
+  const auto listed = [](const std::vector<const char*>& list, const std::string& key) {
+    for (const char* k : list)
+      if (key == k) return true;
+    return false;
+  };
+  for (const auto& item : obj.items()) {
+    const std::string& key = item.key();
+    if (listed(known, key)) continue;
+    if (listed(foreign, key)) throw config_error(gattn::detail::concat(where, ": '", key, "' ", foreign_note));
+    std::string names;
+    for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
+    throw config_error(gattn::detail::concat(where, ": unknown key '", key, "' (known keys: ", names, ")"));
+  }
+}
 
 inline norm_kind parse_norm(const std::string& s, const char* key) {
   if (s.empty() || s == "none") return norm_kind::none;
@@ -56,6 +128,8 @@ inline gate_config parse_gate(const json& j) {
   gate_config g;
   if (j.is_null()) return g;
   gattn::detail::require<config_error>(j.is_object(), w, " must be an object or null");
+  refuse_unknown_keys(j, w, {"position", "granularity", "shared", "activation", "combine", "source", "layout", "rank",
+                             "gate_rounding"});
   g.enabled = true;
   const std::string pos = get_string(j, "position", w, "");
   gattn::detail::require<config_error>(!pos.empty(), w, ": missing required key 'position'");
@@ -91,17 +165,29 @@ inline gate_config parse_gate(const json& j) {
   else if (layout == "per_kv_group") g.layout = fused_layout::per_kv_group;
   else throw config_error(w + ": 'layout'=\"" + layout + "\" must be per_head or per_kv_group");
   g.rank = get_index(j, "rank", w, 0);
+  g.rounding = get_enum(j, "gate_rounding", w, {gate_rounding::none, gate_rounding::bf16}, gate_rounding::none);
   return g;
 }
 
 }  // namespace detail
 
-/// Reads a gattn config (SPEC §9). Unknown keys are ignored; wrong types and unsupported values
-/// are refused with a config_error that names the key.
+/// Reads a gattn config (SPEC §9). Unknown keys (also in `gate` and `rope_scaling`), keys of the other
+/// attention family, wrong types and unsupported values are refused with a config_error naming the key.
 inline layer_config parse_gattn_config(const nlohmann::json& j) {
   const std::string w = "config";
   gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
   const std::string kind = detail::get_string(j, "attention", w, "gqa");
+  detail::refuse_unknown_keys(j, w, kind == "mla" ? detail::mla_keys : detail::gqa_keys,
+                              kind == "mla" ? detail::gqa_only_keys : detail::mla_only_keys,
+                              kind == "mla" ? "is a GQA key, not part of the MLA layer"
+                                            : "is an MLA key, not part of a GQA layer (MLA needs \"attention\": \"mla\")");
+  if (detail::has(j, "rope_scaling") && j.at("rope_scaling").is_object())
+    detail::refuse_unknown_keys(j.at("rope_scaling"), w + ".rope_scaling",
+                                {"type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast",
+                                 "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"});
+  // Biases come with the weights (absent ones are zero); the key is only type-checked.
+  (void)detail::get_bool(j, "attention_bias", w, false);
+  const storage_type kv_cache_type = detail::get_enum(j, "kv_cache_dtype", w, detail::storage_types, storage_type::f32);
   gattn::detail::require<config_error>(!detail::has(j, "sliding_window"), w,
                                        ": 'sliding_window' is not implemented");
   const rope_scaling_config scaling = detail::has(j, "rope_scaling") ? detail::parse_rope_scaling(j.at("rope_scaling"), w)
@@ -126,6 +212,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
     gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
                                          ": 'attention_scale'=", c.attention_scale, " must be > 0");
     c.gate = gate;
+    c.kv_cache_type = kv_cache_type;
     validate(c);
     return c;
   }
@@ -147,8 +234,8 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
     c.attention_scale = detail::get_double(j, "attention_scale", w, 0.0);
     gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
                                          ": 'attention_scale'=", c.attention_scale, " must be > 0");
-    gattn::detail::require<config_error>(!detail::has(j, "qk_norm"), w, ": 'qk_norm' is not part of the MLA layer");
     c.gate = gate;
+    c.kv_cache_type = kv_cache_type;
     validate(c);
     return c;
   }

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cmath>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -75,30 +77,97 @@ inline std::string hf_layer_kind(const json& j, hf_family f, index layer, const 
   return "full_attention";
 }
 
-/// Refuses a layer that is not softmax attention (a Gated DeltaNet layer, an unknown kind); returns its kind.
+/// True when a Qwen3-style window is switched on: HF keeps `sliding_window` only when
+/// `use_sliding_window` is true (stock Qwen configs ship a number there with the switch off).
+inline bool hf_qwen3_window_on(const json& j, const std::string& w) {
+  return get_bool(j, "use_sliding_window", w, false) && has(j, "sliding_window");
+}
+
+/// See first_attention_layer(); also how parse_hf_config(j) checks `layer_types` / the interval.
+inline index hf_first_attention_layer(const json& j, hf_family f, const std::string& w) {
+  const index n = get_index(j, "num_hidden_layers", w, -1);
+  if (has(j, "layer_types")) {
+    const json& types = j.at("layer_types");
+    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
+    for (std::size_t i = 0; i < types.size() && (n < 0 || index(i) < n); ++i) {
+      gattn::detail::require<config_error>(types[i].is_string(), w, ": 'layer_types'[", i, "] must be a string");
+      if (types[i].get<std::string>() != "linear_attention") return index(i);
+    }
+    throw config_error(w + ": 'layer_types' lists no softmax-attention layer");
+  }
+  if (f != hf_family::qwen3_next) return 0;
+  const index interval = get_index(j, "full_attention_interval", w, 4);
+  gattn::detail::require<config_error>(interval > 0, w, ": 'full_attention_interval'=", interval, " must be > 0");
+  gattn::detail::require<config_error>(n < 0 || interval - 1 < n, w, ": no full-attention layer among ",
+                                       "'num_hidden_layers'=", n, " with 'full_attention_interval'=", interval);
+  return interval - 1;
+}
+
+/// The layers gattn computes: softmax attention with no sliding window in use. Known only when the
+/// config says how many layers there are (`layer_types`, else `num_hidden_layers`).
+struct hf_layer_census {
+  std::vector<index> attention;  ///< the gattn layers, ascending
+  index total = 0;               ///< all layers of the model
+};
+
+inline std::optional<hf_layer_census> hf_attention_layers(const json& j, hf_family f, const std::string& w) {
+  index n = get_index(j, "num_hidden_layers", w, -1);
+  if (has(j, "layer_types")) {
+    const json& types = j.at("layer_types");
+    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
+    if (n < 0 || index(types.size()) < n) n = index(types.size());
+  }
+  if (n < 0) return std::nullopt;
+  // Counting walks every layer: bound the walk a hostile file could ask for.
+  gattn::detail::require<config_error>(n <= 65536, w, ": 'num_hidden_layers'=", n, " is more than 65536");
+  const bool window_on = f == hf_family::qwen3 && hf_qwen3_window_on(j, w);
+  hf_layer_census census;
+  census.total = n;
+  for (index i = 0; i < n; ++i) {
+    const std::string kind = hf_layer_kind(j, f, i, w);
+    if (kind == "full_attention" || (kind == "sliding_attention" && !window_on)) census.attention.push_back(i);
+  }
+  return census;
+}
+
+/// "3, 7, 11" (at most 16 numbers, then "...").
+inline std::string hf_layer_list(const std::vector<index>& layers) {
+  std::string list;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (i == 16) return list + ", ...";
+    list += (i ? ", " : "") + std::to_string(layers[i]);
+  }
+  return list;
+}
+
+/// Refuses a layer that is not softmax attention (a Gated DeltaNet layer, an unknown kind), naming the
+/// layers that are when the config says; returns its kind.
 inline std::string hf_require_attention_layer(const json& j, hf_family f, index layer, const std::string& w) {
   const std::string kind = hf_layer_kind(j, f, layer, w);
   if (kind == "linear_attention") {
-    if (!has(j, "layer_types") && f == hf_family::qwen3_next) {
-      const index interval = get_index(j, "full_attention_interval", w, 4);
-      throw config_error(gattn::detail::concat(
-          w, ": layer ", layer, " is a linear-attention (Gated DeltaNet) layer, not a gattn layer: with ",
-          "'full_attention_interval'=", interval, " the full-attention layers are i with (i+1) % ", interval,
-          " == 0 (first: ", interval - 1, ")"));
-    }
-    throw config_error(gattn::detail::concat(w, ": layer ", layer, " is a linear-attention (Gated DeltaNet) layer ",
-                                             "('layer_types'), not a gattn layer"));
+    const bool by_interval = !has(j, "layer_types") && f == hf_family::qwen3_next;
+    const index interval = by_interval ? get_index(j, "full_attention_interval", w, 4) : 0;
+    const std::string rule = by_interval ? gattn::detail::concat("'full_attention_interval'=", interval,
+                                                                 ": layer i is full attention iff (i+1) % ", interval,
+                                                                 " == 0")
+                                         : std::string("'layer_types'");
+    const auto census = hf_attention_layers(j, f, w);
+    const std::string which =
+        !census ? gattn::detail::concat("the first is ", hf_first_attention_layer(j, f, w))
+        : census->attention.empty()
+            ? std::string("there are none")
+            : gattn::detail::concat(hf_layer_list(census->attention), " (", census->attention.size(), " of ",
+                                    census->total, ")");
+    throw config_error(gattn::detail::concat(w, ": layer ", layer,
+                                             " is a linear-attention (Gated DeltaNet) layer, not a gattn layer; "
+                                             "the gattn (full-attention) layers: ",
+                                             which, " (", rule, ")"));
   }
   gattn::detail::require<config_error>(kind == "full_attention" || kind == "sliding_attention", w, ": 'layer_types'[",
                                        layer, "]=\"", kind, "\" is not supported (full_attention or sliding_attention)");
   return kind;
 }
 
-/// True when a Qwen3-style window is switched on: HF keeps `sliding_window` only when
-/// `use_sliding_window` is true (stock Qwen configs ship a number there with the switch off).
-inline bool hf_qwen3_window_on(const json& j, const std::string& w) {
-  return get_bool(j, "use_sliding_window", w, false) && has(j, "sliding_window");
-}
 
 [[noreturn]] inline void hf_refuse_window(const std::string& w, const std::string& which) {
   throw config_error(gattn::detail::concat(w, ": 'sliding_window' (with 'use_sliding_window'=true) is in use for ",
@@ -291,26 +360,6 @@ inline mla_config hf_parse_mla(const json& j, const std::string& w) {
   return c;
 }
 
-/// See first_attention_layer(); also how parse_hf_config(j) checks `layer_types` / the interval.
-inline index hf_first_attention_layer(const json& j, hf_family f, const std::string& w) {
-  const index n = get_index(j, "num_hidden_layers", w, -1);
-  if (has(j, "layer_types")) {
-    const json& types = j.at("layer_types");
-    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
-    for (std::size_t i = 0; i < types.size() && (n < 0 || index(i) < n); ++i) {
-      gattn::detail::require<config_error>(types[i].is_string(), w, ": 'layer_types'[", i, "] must be a string");
-      if (types[i].get<std::string>() != "linear_attention") return index(i);
-    }
-    throw config_error(w + ": 'layer_types' lists no softmax-attention layer");
-  }
-  if (f != hf_family::qwen3_next) return 0;
-  const index interval = get_index(j, "full_attention_interval", w, 4);
-  gattn::detail::require<config_error>(interval > 0, w, ": 'full_attention_interval'=", interval, " must be > 0");
-  gattn::detail::require<config_error>(n < 0 || interval - 1 < n, w, ": no full-attention layer among ",
-                                       "'num_hidden_layers'=", n, " with 'full_attention_interval'=", interval);
-  return interval - 1;
-}
-
 /// The shared body of both parse_hf_config overloads; layer < 0 means "every attention layer".
 inline layer_config parse_hf_config_at(const json& j, index layer) {
   const std::string w = hf_where(j);
@@ -355,6 +404,13 @@ inline std::string hf_layer_prefix(const nlohmann::json& j, index layer) {
   const std::string w = detail::hf_where(j);
   detail::hf_require_attention_layer(j, detail::hf_family_of(j), layer, w);
   return "model.layers." + std::to_string(layer) + ".self_attn.";
+}
+
+/// The layers gattn computes (softmax attention, no sliding window in use) and the model's layer
+/// count, when the config gives it (`layer_types`, else `num_hidden_layers`); nullopt otherwise.
+inline std::optional<detail::hf_layer_census> attention_layers(const nlohmann::json& j) {
+  const std::string w = detail::hf_where(j);
+  return detail::hf_attention_layers(j, detail::hf_family_of(j), w);
 }
 
 /// Index of the first softmax-attention layer (qwen3_next: full_attention_interval - 1, or the first

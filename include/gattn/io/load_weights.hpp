@@ -1,6 +1,7 @@
 // Layer weights from a safetensors file: the tensors under a name prefix, widened exactly to fp32.
 #pragma once
 
+#include <set>
 #include <string>
 
 #include "gattn/core/weights.hpp"
@@ -8,14 +9,40 @@
 
 namespace gattn::io {
 
+namespace detail {
+
+/// "'a.', 'b.'": the distinct prefixes of the tensor names, a weight name being its last two
+/// components (`NAME.weight`, `NAME.bias`); at most `shown` of them, then "...".
+inline std::string prefixes_present(const safetensors_file& file, std::size_t shown = 6) {
+  std::set<std::string> prefixes;
+  for (const tensor_info& t : file.tensors()) {
+    const auto last = t.name.rfind('.');
+    const auto leaf = last == std::string::npos || last == 0 ? std::string::npos : t.name.rfind('.', last - 1);
+    prefixes.insert(leaf == std::string::npos ? "" : t.name.substr(0, leaf + 1));
+  }
+  std::string list;
+  std::size_t n = 0;
+  for (const std::string& p : prefixes) {
+    if (n++ == shown) return list + ", ...";
+    list += (list.empty() ? "'" : ", '") + p + "'";
+  }
+  return list;
+}
+
+}  // namespace detail
+
 /// Every floating-point tensor whose name starts with `prefix` (e.g. "model.layers.3.self_attn."),
 /// keyed by the rest of its name. BF16/F16/F32 widen exactly; F64 rounds to nearest. Tensors of
 /// other dtypes under the prefix are refused (a weight_error naming them), never reinterpreted.
+/// A prefix that no tensor name starts with is a weight_error naming it, the file and the prefixes
+/// present: it is a wrong prefix, not a layer without weights.
 inline weight_map load_weights(const safetensors_file& file, const std::string& prefix = "",
                                bool skip_non_float = false) {
   weight_map w;
+  bool matched = false;
   for (const tensor_info& t : file.tensors()) {
     if (t.name.compare(0, prefix.size(), prefix) != 0) continue;
+    matched = true;
     const bool is_float = t.type == dtype::f32 || t.type == dtype::f16 || t.type == dtype::bf16 || t.type == dtype::f64;
     if (!is_float) {
       if (skip_non_float) continue;
@@ -24,6 +51,12 @@ inline weight_map load_weights(const safetensors_file& file, const std::string& 
     }
     std::vector<index> shape(t.shape.begin(), t.shape.end());
     w.set(t.name.substr(prefix.size()), std::move(shape), file.read_f32(t.name));
+  }
+  if (!matched) {
+    throw weight_error(file.tensors().empty()
+                           ? gattn::detail::concat(file.origin(), ": holds no tensors (looked for prefix '", prefix, "')")
+                           : gattn::detail::concat(file.origin(), ": no tensor name starts with prefix '", prefix,
+                                                   "' (prefixes present: ", detail::prefixes_present(file), ")"));
   }
   return w;
 }
