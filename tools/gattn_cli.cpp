@@ -88,7 +88,7 @@ struct arguments {
 };
 
 /// The checkpoint prefix: --prefix, else the one under which "o_proj.weight" appears exactly once.
-std::string find_prefix(const gattn::io::safetensors_file& file, const arguments& args) {
+std::string find_prefix(const gattn::io::checkpoint& file, const arguments& args) {
   if (args.has("--prefix")) return args.values.at("--prefix");
   std::vector<std::string> found;
   const std::string leaf = "o_proj.weight";
@@ -109,7 +109,7 @@ int run_command(int argc, char** argv) {
                         "--mla-form"},
                        {"--reference"});
   const gattn::layer_config cfg = gattn::io::load_layer_config(args.need("--config"));
-  const auto weights_file = gattn::io::safetensors_file::open(args.need("--weights"));
+  const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));  // a file, an index or a directory
   const std::string prefix = find_prefix(weights_file, args);
   gattn::any_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true));
   if (args.flag("--reference")) layer.set_backend(gattn::sdpa_backend::reference);
@@ -177,7 +177,7 @@ int info_command(int argc, char** argv) {
             << "threads: serial build (no OpenMP)\n";
 #endif
   if (args.has("--weights")) {
-    const auto file = gattn::io::safetensors_file::open(args.values.at("--weights"));
+    const auto file = gattn::io::checkpoint::open(args.values.at("--weights"));
     std::cout << args.values.at("--weights") << ": " << file.tensors().size() << " tensors\n";
     for (const auto& t : file.tensors())
       std::cout << "  " << t.name << "  " << gattn::io::dtype_name(t.type) << "  "

@@ -1,9 +1,11 @@
-// Layer weights from a safetensors file: the tensors under a name prefix, widened exactly to fp32.
+// Layer weights from a checkpoint (a safetensors file, shards or a directory): the tensors under a
+// name prefix, widened exactly to fp32.
 #pragma once
 
 #include <string>
 
 #include "gattn/core/weights.hpp"
+#include "gattn/io/checkpoint.hpp"
 #include "gattn/io/safetensors.hpp"
 
 namespace gattn::io {
@@ -11,7 +13,8 @@ namespace gattn::io {
 /// Every floating-point tensor whose name starts with `prefix` (e.g. "model.layers.3.self_attn."),
 /// keyed by the rest of its name. BF16/F16/F32 widen exactly; F64 rounds to nearest. Tensors of
 /// other dtypes under the prefix are refused (a weight_error naming them), never reinterpreted.
-inline weight_map load_weights(const safetensors_file& file, const std::string& prefix = "",
+/// A safetensors_file converts to a checkpoint implicitly (sharing its bytes).
+inline weight_map load_weights(const checkpoint& file, const std::string& prefix = "",
                                bool skip_non_float = false) {
   weight_map w;
   for (const tensor_info& t : file.tensors()) {
