@@ -75,7 +75,7 @@ void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes
 /// call that hangs (the bug these tests guard against: reading a device or FIFO until it ends) is
 /// a test failure after the timeout, not a hung test binary: the worker thread is abandoned.
 template <class E>
-std::string throws_within(const std::function<void()>& fn, double seconds = 10.0) {
+std::string throws_within(const std::function<void()>& fn, double seconds = 30.0) {
   auto message = std::make_shared<std::promise<std::string>>();
   std::future<std::string> result = message->get_future();
   std::thread([fn, message] {
