@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz_safetensors into fuzz/corpus/safetensors/ (small valid files and
-one file per kind of hostile input the parser must refuse). Run from anywhere; re-running rewrites
-the same files."""
+"""Writes seed corpora: fuzz/corpus/safetensors/ (small valid files and one file per kind of hostile
+input the parser must refuse), fuzz/corpus/checkpoint_index/ (model.safetensors.index.json texts)
+and the generated part of fuzz/corpus/config/ (gen_*.json: duplicate keys, nesting; the other
+config seeds are hand-written). Run from anywhere; re-running rewrites the same files."""
 import json
 import os
 import struct
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "safetensors")
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
 
 def file_bytes(header, data=b"", pad=True):
@@ -79,13 +80,64 @@ def hostile_seeds():
     yield "bad_duplicate", file_bytes(b'{"a":' + a + b',"a":' + a + b"}", one)
     yield "bad_metadata", file_bytes({"__metadata__": {"n": 1}})
     yield "bad_deep_nesting", file_bytes(b'{"w":{"dtype":"F32","shape":' + b"[" * 2000 + b"]" * 2000 + b"}}", pad=False)
+    # One level past the format's three (header, entry, shape), and an unclosed 64 kB of '['.
+    yield "bad_depth_four", file_bytes({"w": entry("F32", [[1]], 0, 4)}, one)
+    yield "bad_depth_metadata", file_bytes({"__metadata__": {"m": {"n": ["v"]}}})
+    yield "bad_depth_unclosed", file_bytes(b'{"w":' + b"[" * 65536, pad=False)
+    yield "bad_duplicate_metadata", file_bytes(b'{"__metadata__":{"k":"1","k":"2"}}', pad=False)
+
+
+def index_seeds():
+    def index(weight_map, metadata=None):
+        doc = {"weight_map": weight_map}
+        if metadata is not None:
+            doc["metadata"] = metadata
+        return json.dumps(doc, indent=2).encode()
+
+    two = {"model.layers.0.self_attn.q_proj.weight": "model-00001-of-00002.safetensors",
+           "model.layers.0.self_attn.o_proj.weight": "model-00002-of-00002.safetensors"}
+    yield "valid_two_shards", index(two, {"total_size": 1234})
+    yield "valid_metadata_strings", index({"a": "a.safetensors"}, {"format": "pt", "total_parameters": [1, 2]})
+    yield "valid_subdir", index({"a": "shards/a.safetensors"})
+    yield "valid_empty", index({})
+    yield "bad_not_json", b'{"weight_map": '
+    yield "bad_nul", b'{"weight_map": {}}\x00junk'
+    yield "bad_not_object", b"[1]"
+    yield "bad_no_weight_map", b'{"metadata": {}}'
+    yield "bad_weight_map_array", b'{"weight_map": ["a.safetensors"]}'
+    yield "bad_shard_not_string", index({"a": 1})
+    yield "bad_escape_parent", index({"a": "../a.safetensors"})
+    yield "bad_escape_inner", index({"a": "x/../../a.safetensors"})
+    yield "bad_absolute", index({"a": "/etc/passwd"})
+    yield "bad_empty_name", index({"a": ""})
+    yield "bad_listed_twice", b'{"weight_map": {"a": "x.safetensors", "a": "y.safetensors"}}'
+    yield "bad_duplicate_top", b'{"weight_map": {}, "weight_map": {"a": "x.safetensors"}}'
+    yield "bad_depth", b'{"metadata": {"m": [[1]]}, "weight_map": {}}'
+    yield "bad_depth_unclosed", b'{"weight_map": ' + b"[" * 65536
+
+
+def config_seeds():
+    yield "gen_bad_duplicate_causal", b'{"attention": "gqa", "hidden": 64, "causal": true, "causal": false}'
+    yield "gen_bad_duplicate_nested", (b'{"model_type": "qwen3_next", "rope_scaling": {"type": "yarn", '
+                                       b'"factor": 2, "factor": 4}}')
+    yield "gen_bad_duplicate_in_array", b'{"layer_types": [{"a": 1, "a": 2}]}'
+    yield "gen_bad_depth_65", b'{"a": ' + b"[" * 64 + b"]" * 64 + b"}"
+    yield "gen_bad_depth_unclosed", b'{"a": ' + b"[" * 65536
+    yield "gen_bad_nul", b'{"attention": "gqa"}\x00{"causal": false}'
+
+
+def write(subdir, seeds, suffix):
+    out = os.path.join(CORPUS, subdir)
+    os.makedirs(out, exist_ok=True)
+    for name, data in seeds:
+        with open(os.path.join(out, name + suffix), "wb") as f:
+            f.write(data)
 
 
 def main():
-    os.makedirs(OUT, exist_ok=True)
-    for name, data in list(valid_seeds()) + list(hostile_seeds()):
-        with open(os.path.join(OUT, name + ".safetensors"), "wb") as f:
-            f.write(data)
+    write("safetensors", list(valid_seeds()) + list(hostile_seeds()), ".safetensors")
+    write("checkpoint_index", index_seeds(), ".json")
+    write("config", config_seeds(), ".json")
 
 
 if __name__ == "__main__":

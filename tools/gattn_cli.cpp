@@ -157,7 +157,7 @@ struct arguments {
 };
 
 /// The checkpoint prefix: --prefix, else the one under which "o_proj.weight" appears exactly once.
-std::string find_prefix(const gattn::io::safetensors_file& file, const arguments& args) {
+std::string find_prefix(const gattn::io::checkpoint& file, const arguments& args) {
   if (args.has("--prefix")) return args.values.at("--prefix");
   std::vector<std::string> found;
   const std::string leaf = "o_proj.weight";
@@ -302,7 +302,7 @@ int run_command(int argc, char** argv) {
 
   gattn::layer_config cfg = gattn::io::load_layer_config(config_path, layer_index);
   if (options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *options.kv_dtype; }, cfg);
-  const auto weights_file = gattn::io::safetensors_file::open(args.need("--weights"));
+  const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));  // a file, an index or a directory
   const std::string prefix = layer_index >= 0 && !args.has("--prefix")
                                  ? gattn::io::hf_layer_prefix(read_config_json(config_path), layer_index)
                                  : find_prefix(weights_file, args);
@@ -413,7 +413,7 @@ int info_command(int argc, char** argv) {
             << "threads: serial build (no OpenMP)\n";
 #endif
   if (args.has("--weights")) {
-    const auto file = gattn::io::safetensors_file::open(args.values.at("--weights"));
+    const auto file = gattn::io::checkpoint::open(args.values.at("--weights"));
     std::cout << args.values.at("--weights") << ": " << file.tensors().size() << " tensors\n";
     for (const auto& t : file.tensors())
       std::cout << "  " << t.name << "  " << gattn::io::dtype_name(t.type) << "  "

@@ -4,6 +4,7 @@
 
 #include "gattn/gattn.hpp"
 
+#include "gattn/io/checkpoint.hpp"
 #include "gattn/io/config_file.hpp"
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/hf_config.hpp"

@@ -418,7 +418,7 @@ TEST(SafetensorsHostile, NegativeOrNonIntegerDims) {
   expect_refused(R"({"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}})", 4, "not a non-negative integer");
   expect_refused(R"({"w": {"dtype": "F32", "shape": [1.0], "data_offsets": [0, 4]}})", 4, "not a non-negative integer");
   expect_refused(R"({"w": {"dtype": "F32", "shape": ["1"], "data_offsets": [0, 4]}})", 4, "not a non-negative integer");
-  expect_refused(R"({"w": {"dtype": "F32", "shape": [[1]], "data_offsets": [0, 4]}})", 4, "not a non-negative integer");
+  expect_refused(R"({"w": {"dtype": "F32", "shape": [[1]], "data_offsets": [0, 4]}})", 4, "nests deeper");
   // Larger than int64: stored by nlohmann as uint64, or as a float beyond uint64.
   expect_refused(R"({"w": {"dtype": "F32", "shape": [9223372036854775808], "data_offsets": [0, 4]}})", 4,
                  "not a non-negative integer");
@@ -496,9 +496,19 @@ TEST(SafetensorsHostile, MetadataNotAnObjectOfStrings) {
 
 TEST(SafetensorsHostile, DeeplyNestedHeaderDoesNotOverflowTheStack) {
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
-  expect_refused(R"({"w": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 4]}})", 4, "'w'");
-  expect_refused(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}}", 4, "data_offsets");
-  expect_refused(R"({"__metadata__": {"m": )" + deep + "}}", 0, "'m'");
+  expect_refused(R"({"w": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 4]}})", 4, "at 'w.shape[]'");
+  expect_refused(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}}", 4, "at 'w.data_offsets[]'");
+  expect_refused(R"({"__metadata__": {"m": )" + deep + "}}", 0, "at '__metadata__.m[]'");
+}
+
+TEST(SafetensorsHostile, NestingDeeperThanTheFormatIsRefusedBeforeTheDomIsBuilt) {
+  // The format has 3 levels (header, entry, shape); a fourth is refused by the streaming pass,
+  // which is what keeps a 100 MB header of '[' from costing gigabytes.
+  expect_refused(R"({"w": {"dtype": "F32", "shape": [[1]], "data_offsets": [0, 4]}})", 4,
+                 "nests deeper than the format's 3 levels");
+  expect_refused(R"({"__metadata__": {"m": {"n": ["v"]}}})", 0, "nests deeper");
+  expect_refused(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": {"y": [1]}}})", 4,
+                 "nests deeper");
 }
 
 TEST(SafetensorsHostile, ValidEdgeCasesAreAccepted) {

@@ -386,3 +386,61 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+namespace {
+
+// --weights takes a checkpoint directory: here the shards of hf_qwen3_next written with an index.
+TEST(CliCheckpoint, WeightsDirectoryOfShardsInRunAndInfo) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string src = test::data_path("hf_qwen3_next");
+  const auto single = gattn::io::safetensors_file::open(src + "/model.safetensors");
+  const fs::path dir = scratch_dir() / "sharded";
+  fs::create_directories(dir);
+  std::vector<gattn::io::tensor_to_write> parts[2];
+  nlohmann::json map;
+  for (std::size_t i = 0; i < single.tensors().size(); ++i) {
+    const auto& t = single.tensors()[i];
+    parts[i % 2].push_back({t.name, t.type, t.shape, single.raw(t.name)});
+    map[t.name] = "part" + std::to_string(i % 2) + ".safetensors";
+  }
+  for (int s = 0; s < 2; ++s)
+    gattn::io::write_safetensors((dir / ("part" + std::to_string(s) + ".safetensors")).string(), parts[s]);
+  std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+
+  const auto info = run_cli("info --weights '" + dir.string() + "'");
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_THAT(info.out, ::testing::HasSubstr(std::to_string(single.tensors().size()) + " tensors"));
+  EXPECT_THAT(info.out, ::testing::HasSubstr(single.tensors().back().name));
+
+  const fs::path out = scratch_dir() / "sharded.y.safetensors";
+  const auto r = run_cli("run --config '" + src + "/config.json' --weights '" + dir.string() + "' --input '" + src +
+                         "/io.safetensors' --output '" + out.string() + "'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto y_ref = gattn::io::safetensors_file::open(src + "/io.safetensors").read_f64("y");
+  EXPECT_LE(test::max_abs_diff(gattn::io::safetensors_file::open(out.string()).read_f64("y"), y_ref),
+            1e-4 * test::max_abs(y_ref));
+}
+
+// Devices and FIFOs never end: each is refused before it is read (exit 1), instead of being read
+// into memory until the machine runs out.
+TEST(CliCheckpoint, EndlessInputsAreRefusedAtOnce) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const std::string dir = test::data_path("hf_qwen3_next");
+  const std::string cfg = dir + "/config.json", w = dir + "/model.safetensors", x = dir + "/io.safetensors";
+  const fs::path out = scratch_dir() / "endless.y.safetensors";
+  const std::string o = " --output '" + out.string() + "'";
+  const std::vector<std::string> cases = {
+      "info --weights /dev/zero", "info --weights /dev/urandom",
+      "run --config /dev/zero --weights '" + w + "' --input '" + x + "'" + o,
+      "run --config '" + cfg + "' --weights /dev/zero --input '" + x + "'" + o,
+      "run --config '" + cfg + "' --weights '" + w + "' --input /dev/zero" + o};
+  for (const std::string& args : cases) {
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.status, 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, ::testing::StartsWith("gattn: ")) << args;
+    EXPECT_THAT(r.err, ::testing::HasSubstr("not a regular file")) << args;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace

@@ -1,15 +1,13 @@
 // One entry point for a layer config file: a Hugging Face config.json or a gattn config (SPEC §8, §9).
 #pragma once
 
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "gattn/io/file_access.hpp"
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/hf_config.hpp"
 #include "gattn/io/json_fields.hpp"
@@ -17,11 +15,6 @@
 namespace gattn::io {
 
 namespace detail {
-
-/// Deepest nesting a config may have. Real ones nest 3-5 levels; the limit exists because
-/// json::dump() (used by error messages) recurses, and a hostile file nested 10^5 levels deep would
-/// overflow the stack while the refusal is being written.
-inline constexpr std::size_t max_config_depth = 64;
 
 /// Iterative (so itself stack-safe) check that `j` nests at most `limit` levels.
 inline bool depth_at_most(const nlohmann::json& j, std::size_t limit) {
@@ -57,18 +50,12 @@ inline layer_config parse_layer_config(const nlohmann::json& j, index layer = -1
 
 /// Reads a layer config file and dispatches as parse_layer_config does (`layer` likewise).
 ///
-/// Throws format_error naming `path` when the file cannot be read, is not JSON or is not a JSON
-/// object; config_error (prefixed with `path`) when its content is refused.
+/// Throws format_error naming `path` when the file cannot be read, is not a regular file, is
+/// larger than 16 MB, is not JSON or is not a JSON object; config_error (prefixed with `path`) when
+/// its content is refused, including a key repeated within one object.
 inline layer_config load_layer_config(const std::string& path, index layer = -1) {
-  std::error_code ec;
-  gattn::detail::require<format_error>(!std::filesystem::is_directory(path, ec), path,
-                                       ": is a directory, not a config file");
-  std::ifstream in(path, std::ios::binary);
-  gattn::detail::require<format_error>(bool(in), path, ": cannot open the config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  gattn::detail::require<format_error>(!in.bad(), path, ": read error");
-  const nlohmann::json j = detail::parse_json_text(text.str(), path);
+  const std::string text = detail::read_capped_file(path, path, detail::max_config_bytes);
+  const nlohmann::json j = detail::parse_json_text(text, path);
   gattn::detail::require<format_error>(j.is_object(), path, ": a config file must hold a JSON object, got ",
                                        j.type_name());
   gattn::detail::require<format_error>(detail::depth_at_most(j, detail::max_config_depth), path,

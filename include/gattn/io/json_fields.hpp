@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -9,6 +11,7 @@
 
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
+#include "gattn/io/json_guard.hpp"
 
 namespace gattn::io::detail {
 
@@ -90,8 +93,28 @@ inline std::string get_string(const json& obj, const char* key, const std::strin
   return v.get<std::string>();
 }
 
-/// Parses JSON text; malformed text is a format_error naming `origin`.
+/// Deepest nesting a config may have. Real ones nest 3-5 levels; the limit exists because
+/// json::dump() (used by error messages) recurses, and a hostile file nested 10^5 levels deep would
+/// overflow the stack while the refusal is being written (and cost ~70 bytes per level to build).
+inline constexpr std::size_t max_config_depth = 64;
+
+/// Largest config file read: real ones are a few kB, so this only stops runaway input early.
+inline constexpr std::uint64_t max_config_bytes = std::uint64_t{16} << 20;
+
+/// Parses config JSON text after a streaming check (json_guard): text that is not JSON and nesting
+/// past max_config_depth are format_errors; a key repeated in one object is a config_error naming
+/// it (nlohmann would keep the last value silently, so `"causal": true, ..., "causal": false` would
+/// run non-causal). Every message starts with `origin`.
 inline json parse_json_text(const std::string& text, const std::string& origin) {
+  using kind = json_guard_result::kind;
+  const json_guard_result guard = json_guard::check(text, max_config_depth);
+  gattn::detail::require<format_error>(guard.what != kind::not_json, origin, ": not valid JSON",
+                                       guard.reason.empty() ? "" : ": ", guard.reason);
+  gattn::detail::require<format_error>(guard.what != kind::too_deep, origin, ": JSON nested deeper than ",
+                                       max_config_depth, " levels at '", guard.path, "'");
+  gattn::detail::require<config_error>(guard.what != kind::duplicate_key, origin, ": duplicate key '", guard.key,
+                                       "'", guard.path.empty() ? "" : " in '", guard.path,
+                                       guard.path.empty() ? "" : "'");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   gattn::detail::require<format_error>(!j.is_discarded(), origin, ": not valid JSON");
   return j;

@@ -1,10 +1,12 @@
-// Layer weights from a safetensors file: the tensors under a name prefix, widened exactly to fp32.
+// Layer weights from a checkpoint (a safetensors file, shards or a directory): the tensors under a
+// name prefix, widened exactly to fp32.
 #pragma once
 
 #include <set>
 #include <string>
 
 #include "gattn/core/weights.hpp"
+#include "gattn/io/checkpoint.hpp"
 #include "gattn/io/safetensors.hpp"
 
 namespace gattn::io {
@@ -35,8 +37,9 @@ inline std::string prefixes_present(const safetensors_file& file, std::size_t sh
 /// keyed by the rest of its name. BF16/F16/F32 widen exactly; F64 rounds to nearest. Tensors of
 /// other dtypes under the prefix are refused (a weight_error naming them), never reinterpreted.
 /// A prefix that no tensor name starts with is a weight_error naming it, the file and the prefixes
-/// present: it is a wrong prefix, not a layer without weights.
-inline weight_map load_weights(const safetensors_file& file, const std::string& prefix = "",
+/// present: it is a wrong prefix, not a layer without weights. A safetensors_file converts to a
+/// checkpoint implicitly (sharing its bytes).
+inline weight_map load_weights(const checkpoint& file, const std::string& prefix = "",
                                bool skip_non_float = false) {
   weight_map w;
   bool matched = false;

@@ -5,21 +5,22 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
-#include <set>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gattn/core/error.hpp"
+#include "gattn/io/file_access.hpp"
+#include "gattn/io/json_guard.hpp"
 
 // The tensor bytes are copied straight into host integers and floats, so the host must share the
 // format's byte order (little-endian) and IEEE 754 floats. Every compiler we support defines
@@ -207,49 +208,98 @@ struct tensor_info {
   }
 };
 
-/// A whole safetensors file held in memory, validated when it is opened.
+/// A tensor as stored: its dtype, shape and a pointer to its bytes inside the file's mapping (or
+/// buffer), without a copy. The view shares ownership of the mapping, so it stays valid after the
+/// file object that handed it out is gone. The bytes are little-endian and *not aligned*: read
+/// them with memcpy, or through to_f32() / to_f64().
+class tensor_view {
+ public:
+  tensor_view(const tensor_info& info, std::shared_ptr<const std::uint8_t> bytes, std::string origin)
+      : info_(info), bytes_(std::move(bytes)), origin_(std::move(origin)) {}
+
+  const std::string& name() const { return info_.name; }
+  dtype type() const { return info_.type; }
+  const std::vector<std::int64_t>& shape() const { return info_.shape; }
+  std::int64_t numel() const { return info_.numel(); }
+  std::uint64_t nbytes() const { return info_.end - info_.begin; }
+  /// The first byte of the tensor (no alignment guarantee; may be null for an empty tensor).
+  const std::uint8_t* data() const { return bytes_.get(); }
+  /// The file the tensor came from (its path, or the origin given to parse()).
+  const std::string& origin() const { return origin_; }
+
+  /// The tensor as float32: F32 as stored, F16/BF16/F8 widened exactly, F64 rounded to nearest
+  /// (IEEE: ties to even, overflow to +-inf). Integer and boolean tensors are refused (weight_error).
+  std::vector<float> to_f32() const { return widen<float>(); }
+
+  /// The tensor as float64: every float dtype widened exactly. Integer and boolean tensors are
+  /// refused with weight_error.
+  std::vector<double> to_f64() const { return widen<double>(); }
+
+ private:
+  tensor_info info_;
+  std::shared_ptr<const std::uint8_t> bytes_;
+  std::string origin_;
+
+  const std::uint8_t* at(std::size_t byte_offset) const { return bytes_.get() + byte_offset; }
+
+  template <class T>
+  std::vector<T> widen() const {
+    if (!detail::is_float(info_.type))
+      throw weight_error(gattn::detail::concat("tensor '", info_.name, "' in ", origin_, " has dtype ",
+                                               dtype_name(info_.type),
+                                               "; only floating-point tensors can be read as floats"));
+    std::vector<T> out(static_cast<std::size_t>(numel()));
+    if (out.empty()) return out;
+    if (info_.type == dtype::f32 && std::is_same<T, float>::value) {
+      std::memcpy(out.data(), at(0), out.size() * sizeof(float));
+      return out;
+    }
+    if (info_.type == dtype::f64 && std::is_same<T, double>::value) {
+      std::memcpy(out.data(), at(0), out.size() * sizeof(double));
+      return out;
+    }
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      switch (info_.type) {
+        case dtype::f32: out[i] = static_cast<T>(detail::load<float>(at(i * 4))); break;
+        case dtype::f16: out[i] = static_cast<T>(f16_to_float(detail::load<std::uint16_t>(at(i * 2)))); break;
+        case dtype::bf16: out[i] = static_cast<T>(bf16_to_float(detail::load<std::uint16_t>(at(i * 2)))); break;
+        case dtype::f8_e4m3: out[i] = static_cast<T>(f8_e4m3_to_float(*at(i))); break;
+        case dtype::f8_e5m2: out[i] = static_cast<T>(f8_e5m2_to_float(*at(i))); break;
+        default: out[i] = static_cast<T>(detail::load<double>(at(i * 8))); break;  // f64
+      }
+    }
+    return out;
+  }
+};
+
+/// A safetensors file, validated when it is opened: a read-only mapping of a file on disk, or a
+/// buffer given to parse(). Copies share the bytes (the last one unmaps them).
 ///
 /// Validation follows the reference (Rust) parser: an 8-byte little-endian header length N with
 /// N <= 100 MB and N <= file size - 8; a JSON object header; each entry an object with exactly
 /// `dtype`, `shape` and `data_offsets`; a known dtype; non-negative integer dims whose product
 /// times the dtype size fits and equals end - begin; tensors that tile the data section exactly
 /// (no overlap, no hole, no trailing byte); `__metadata__` an object of strings. gattn is stricter
-/// than the reference in two places: duplicate keys anywhere in the header and unknown keys inside
-/// a tensor entry are refused instead of silently resolved. Every failure is a gattn::format_error
-/// naming the file, the tensor and the offending values.
+/// than the reference in three places: duplicate keys anywhere in the header, unknown keys inside
+/// a tensor entry and nesting deeper than the format has (3 levels) are refused instead of silently
+/// resolved or parsed. Every failure is a gattn::format_error naming the file, the tensor and the
+/// offending values.
 class safetensors_file {
  public:
-  /// Reads and validates the file at `path`. Throws format_error naming `path` on any failure.
+  /// Maps and validates the file at `path`, which must be a regular file (a device or FIFO, which
+  /// could stream forever, is refused before a byte is read). Only the header is read here; tensor
+  /// bytes are paged in when used. Throws format_error naming `path` on any failure.
   static safetensors_file open(const std::string& path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-      throw format_error(gattn::detail::concat("safetensors '", path, "': is a directory, not a file"));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw format_error(gattn::detail::concat("safetensors '", path, "': cannot open file for reading"));
-    // The size the file system reports is only a capacity hint: the loop reads until end of file,
-    // so a file that is growing, or a special file reporting 0, is still read correctly.
-    std::vector<std::uint8_t> bytes;
-    const std::uintmax_t hint = std::filesystem::file_size(path, ec);
-    if (!ec) bytes.reserve(static_cast<std::size_t>(hint));
-    std::vector<char> chunk(std::size_t{1} << 20);
-    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0)
-      bytes.insert(bytes.end(), chunk.data(), chunk.data() + in.gcount());
-    if (in.bad()) throw format_error(gattn::detail::concat("safetensors '", path, "': read error"));
-    return parse(std::move(bytes), path);
+    return from_bytes(detail::map_file(path, gattn::detail::concat("safetensors '", path, "'")), path);
   }
 
   /// Validates `bytes` as a safetensors file; `origin` names it in error messages.
   static safetensors_file parse(std::vector<std::uint8_t> bytes, std::string origin = "<memory>") {
-    safetensors_file file;
-    file.bytes_ = std::move(bytes);
-    file.origin_ = std::move(origin);
-    try {
-      file.validate();
-    } catch (const nlohmann::json::exception& e) {
-      // Should not happen (types are checked before every access), but must never escape as such.
-      file.fail("malformed header: ", e.what());
-    }
-    return file;
+    const auto owner = std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes));
+    detail::shared_bytes shared;
+    shared.data = std::shared_ptr<const std::uint8_t>(owner, owner->data());  // aliases the vector
+    shared.size = owner->size();
+    return from_bytes(std::move(shared), std::move(origin));
   }
 
   /// All tensors, sorted by data offset (ties, which only zero-size tensors can have, by name).
@@ -266,127 +316,98 @@ class safetensors_file {
     return tensors_[it->second];
   }
 
+  /// The tensor called `name` as stored, without a copy; weight_error when it is absent.
+  tensor_view view(const std::string& name) const {
+    const tensor_info& t = info(name);
+    return tensor_view(t, std::shared_ptr<const std::uint8_t>(bytes_, raw_at(t)), origin_);
+  }
+
   /// The string-to-string `__metadata__` map (empty when the file has none).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   /// Where the file came from (its path, or the origin given to parse()).
   const std::string& origin() const { return origin_; }
 
-  /// The tensor as float32: F32 as stored, F16/BF16/F8 widened exactly, F64 rounded to nearest.
-  /// Integer and boolean tensors are refused with weight_error.
-  std::vector<float> read_f32(const std::string& name) const {
-    const tensor_info& t = info(name);
-    if (t.type == dtype::f64) {
-      std::vector<float> out(static_cast<std::size_t>(t.numel()));
-      // IEEE 754 conversion: round to nearest even, overflow to +-inf.
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(detail::load<double>(raw_at(t, i * 8)));
-      return out;
-    }
-    return widen<float>(t);
-  }
+  /// The tensor as float32 (a copy): see tensor_view::to_f32.
+  std::vector<float> read_f32(const std::string& name) const { return view(name).to_f32(); }
 
-  /// The tensor as float64: every float dtype is widened exactly. Integer and boolean tensors are
-  /// refused with weight_error.
-  std::vector<double> read_f64(const std::string& name) const {
-    const tensor_info& t = info(name);
-    if (t.type == dtype::f64) {
-      std::vector<double> out(static_cast<std::size_t>(t.numel()));
-      if (!out.empty()) std::memcpy(out.data(), raw(name), out.size() * sizeof(double));
-      return out;
-    }
-    return widen<double>(t);
-  }
+  /// The tensor as float64 (a copy): see tensor_view::to_f64.
+  std::vector<double> read_f64(const std::string& name) const { return view(name).to_f64(); }
 
-  /// Pointer to the first byte of the tensor's data inside the file buffer. No alignment is
-  /// guaranteed: copy with memcpy. Valid as long as this object lives (moves keep it valid).
-  const std::uint8_t* raw(const std::string& name) const { return raw_at(info(name), 0); }
+  /// Pointer to the first byte of the tensor's data inside the file's bytes. No alignment is
+  /// guaranteed: copy with memcpy. Valid as long as this object or a copy of it lives.
+  const std::uint8_t* raw(const std::string& name) const { return raw_at(info(name)); }
 
  private:
   // The reference parser's bound on the header: large enough for any real checkpoint, small enough
   // that a hostile length cannot make us parse (or allocate for) gigabytes of JSON.
   static constexpr std::uint64_t max_header_bytes = 100'000'000;
+  // The format nests 3 levels: the header object, a tensor entry (or __metadata__), its arrays.
+  static constexpr std::size_t max_header_depth = 3;
 
-  std::vector<std::uint8_t> bytes_;
+  std::shared_ptr<const std::uint8_t> bytes_;
+  std::uint64_t size_ = 0;
   std::string origin_;
   std::uint64_t data_start_ = 0;  // 8 + header length
   std::vector<tensor_info> tensors_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
 
+  static safetensors_file from_bytes(detail::shared_bytes bytes, std::string origin) {
+    safetensors_file file;
+    file.bytes_ = std::move(bytes.data);
+    file.size_ = bytes.size;
+    file.origin_ = std::move(origin);
+    try {
+      file.validate();
+    } catch (const nlohmann::json::exception& e) {
+      // Should not happen (types are checked before every access), but must never escape as such.
+      file.fail("malformed header: ", e.what());
+    }
+    return file;
+  }
+
   template <class... Parts>
   [[noreturn]] void fail(Parts&&... parts) const {
     throw format_error(gattn::detail::concat("safetensors '", origin_, "': ", std::forward<Parts>(parts)...));
   }
 
-  const std::uint8_t* raw_at(const tensor_info& t, std::size_t byte_offset) const {
-    return bytes_.data() + data_start_ + t.begin + byte_offset;
-  }
+  const std::uint8_t* raw_at(const tensor_info& t) const { return bytes_.get() + data_start_ + t.begin; }
 
-  template <class T>
-  std::vector<T> widen(const tensor_info& t) const {
-    if (!detail::is_float(t.type))
-      throw weight_error(gattn::detail::concat("tensor '", t.name, "' in ", origin_, " has dtype ", dtype_name(t.type),
-                                               "; only floating-point tensors can be read as floats"));
-    std::vector<T> out(static_cast<std::size_t>(t.numel()));
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      switch (t.type) {
-        case dtype::f32: out[i] = static_cast<T>(detail::load<float>(raw_at(t, i * 4))); break;
-        case dtype::f16: out[i] = static_cast<T>(f16_to_float(detail::load<std::uint16_t>(raw_at(t, i * 2)))); break;
-        case dtype::bf16: out[i] = static_cast<T>(bf16_to_float(detail::load<std::uint16_t>(raw_at(t, i * 2)))); break;
-        case dtype::f8_e4m3: out[i] = static_cast<T>(f8_e4m3_to_float(*raw_at(t, i))); break;
-        case dtype::f8_e5m2: out[i] = static_cast<T>(f8_e5m2_to_float(*raw_at(t, i))); break;
-        default: out[i] = static_cast<T>(detail::load<double>(raw_at(t, i * 8))); break;  // f64
-      }
-    }
-    return out;
-  }
-
-  /// Parses the header with a callback that remembers the first duplicate key: nlohmann would
-  /// otherwise keep the last value silently, and two entries with one name is an attack surface.
+  /// Parses the header after a streaming pass (detail::json_guard) that refuses duplicate keys,
+  /// which nlohmann would resolve silently (two entries with one name is an attack surface), and
+  /// nesting the format does not have, before the DOM costs memory for it.
   nlohmann::json parse_header(const std::uint8_t* first, const std::uint8_t* last) const {
-    std::vector<std::set<std::string>> open_objects;
-    std::string duplicate;
-    bool duplicate_is_tensor = false;
-    const auto on_event = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-      using ev = nlohmann::json::parse_event_t;
-      if (event == ev::object_start) {
-        open_objects.emplace_back();
-      } else if (event == ev::object_end) {
-        if (!open_objects.empty()) open_objects.pop_back();
-      } else if (event == ev::key && !open_objects.empty() && duplicate.empty() && parsed.is_string()) {
-        const auto& key = parsed.get_ref<const std::string&>();
-        if (!open_objects.back().insert(key).second) {
-          duplicate = key;
-          duplicate_is_tensor = open_objects.size() == 1;
-        }
-      }
-      return true;
-    };
-    // nlohmann's lexer takes a NUL byte for the end of input and would accept "{}\0<junk>"; a NUL
-    // can never appear in valid JSON (not even inside a string), so refuse it up front.
-    if (std::find(first, last, std::uint8_t{0}) != last) fail("header is not valid JSON: it contains a NUL byte");
-    nlohmann::json header = nlohmann::json::parse(first, last, on_event, /*allow_exceptions=*/false);
+    using kind = detail::json_guard_result::kind;
+    const detail::json_guard_result guard = detail::json_guard::check(first, last, max_header_depth);
+    if (guard.what == kind::not_json)
+      fail(guard.reason.empty() ? std::string("header is not valid UTF-8 JSON")
+                                : gattn::detail::concat("header is not valid JSON: ", guard.reason));
+    if (guard.what == kind::too_deep)
+      fail("header nests deeper than the format's ", max_header_depth, " levels at '", guard.path, "'");
+    if (guard.what == kind::duplicate_key) {
+      if (guard.path.empty()) fail("duplicate tensor name '", guard.key, "' in header");
+      fail("duplicate key '", guard.key, "' in header (in '", guard.path, "')");
+    }
+    nlohmann::json header = nlohmann::json::parse(first, last, nullptr, /*allow_exceptions=*/false);
     if (header.is_discarded()) fail("header is not valid UTF-8 JSON");
     if (!header.is_object()) fail("header is not a JSON object but ", header.type_name());
-    if (!duplicate.empty()) {
-      if (duplicate_is_tensor) fail("duplicate tensor name '", duplicate, "' in header");
-      fail("duplicate key '", duplicate, "' in header");
-    }
     return header;
   }
 
   void validate() {
-    const std::uint64_t size = bytes_.size();
+    const std::uint64_t size = size_;
     if (size < 8) fail("file is ", size, " bytes, shorter than the 8-byte header length");
+    const std::uint8_t* bytes = bytes_.get();
     std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | bytes_[static_cast<std::size_t>(i)];  // little-endian u64
+    for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<std::size_t>(i)];  // little-endian u64
     if (n > max_header_bytes)
       fail("header length ", n, " is too large (limit ", max_header_bytes, " bytes)");
     if (n > size - 8) fail("header length ", n, " exceeds the ", size - 8, " bytes after the length field");
     data_start_ = 8 + n;
     const std::uint64_t data_size = size - data_start_;
 
-    const nlohmann::json header = parse_header(bytes_.data() + 8, bytes_.data() + data_start_);
+    const nlohmann::json header = parse_header(bytes + 8, bytes + data_start_);
     for (const auto& [name, value] : header.items()) {
       if (name == "__metadata__") {
         read_metadata(value);
