@@ -26,105 +26,21 @@
 #include <omp.h>
 #endif
 
+#include "bench_shapes.hpp"
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
 
 namespace {
 
 using gattn::index;
+using gattn_bench::fill;
+using gattn_bench::head_major;
+using gattn_bench::inputs;
+using gattn_bench::k_shapes;
+using gattn_bench::shape;
 using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using StridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 using StridedMapMut = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
-
-/// Extra GQA decode variant: g1_elementwise with a head-major cache view.
-const std::string head_major = "g1_elementwise_head_major";
-
-struct shape {
-  const char* name;
-  index t_q, t_k, hq, hkv, d;
-  bool decode;
-  index d_v = 0;      // 0 = d
-  bool mla = false;   // latent cache: v aliases the first d_v channels of k
-  index dv() const { return d_v ? d_v : d; }
-  double cache_bytes() const {
-    return double(t_k) * double(hkv) * 4.0 * (mla ? double(d) : double(d + dv()));
-  }
-};
-
-const shape k_shapes[] = {
-    {"P1", 2048, 2048, 16, 4, 128, false},   {"P2", 8192, 8192, 16, 4, 128, false},
-    {"D1", 1, 8192, 32, 8, 128, true},       {"M1", 1, 8192, 16, 1, 576, true, 512, true},
-    {"S512", 512, 512, 16, 4, 128, false},
-    {"S1024", 1024, 1024, 16, 4, 128, false}, {"S2048", 2048, 2048, 16, 4, 128, false},
-    {"S4096", 4096, 4096, 16, 4, 128, false}, {"S8192", 8192, 8192, 16, 4, 128, false},
-};
-
-template <class Vec>
-void fill(Vec& v, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (auto& x : v) x = nd(g);
-}
-
-/// Inputs of one shape; decode shapes hold enough independent caches that their total exceeds
-/// 64 MiB (twice the L3), so every call streams its K/V from memory.
-struct inputs {
-  shape s;
-  index caches = 1;
-  std::vector<float> q, u_elem, u_head, out;
-  // Caches allocated as gattn::kv_cache allocates them (huge-page backed, core/memory.hpp).
-  std::vector<gattn::streamed_vector<float>> k, v;
-  explicit inputs(const shape& sh) : s(sh) {
-    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / s.cache_bytes())) : 1;
-    caches = std::max<index>(caches, s.decode ? 2 : 1);
-    q.resize(std::size_t(s.t_q * s.hq * s.d));
-    fill(q, 1);
-    u_elem.resize(std::size_t(s.t_q * s.hq * s.dv()));
-    fill(u_elem, 2);
-    u_head.resize(std::size_t(s.t_q * s.hq));
-    fill(u_head, 3);
-    out.resize(std::size_t(s.t_q * s.hq * s.dv()));
-    for (index c = 0; c < caches; ++c) {
-      k.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
-      fill(k.back(), unsigned(10 + 2 * c));
-      if (!s.mla) {
-        v.emplace_back(std::size_t(s.t_k * s.hkv * s.dv()));
-        fill(v.back(), unsigned(11 + 2 * c));
-      }
-    }
-  }
-  gattn::sdpa_params params(index c, const std::string& variant, int threads) {
-    gattn::sdpa_params p;
-    const index dv = s.dv();
-    p.t_q = s.t_q; p.t_k = s.t_k; p.q_heads = s.hq; p.kv_heads = s.hkv; p.d_qk = s.d; p.d_v = dv;
-    p.q = q.data(); p.q_token_stride = s.hq * s.d; p.q_head_stride = s.d;
-    p.k = k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.mla ? 0 : s.d;
-    if (s.mla) {
-      p.v = p.k; p.v_token_stride = p.k_token_stride; p.v_head_stride = 0;
-    } else {
-      p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * dv; p.v_head_stride = dv;
-    }
-    if (variant == head_major) {  // the same buffers read as [H_kv, T, D] (Hugging Face's layout)
-      p.k_token_stride = s.d; p.k_head_stride = s.t_k * s.d;
-      p.v_token_stride = dv; p.v_head_stride = s.t_k * dv;
-    }
-    p.out = out.data(); p.out_token_stride = s.hq * dv; p.out_head_stride = dv;
-    p.scale = 1.0f / std::sqrt(float(s.d));
-    p.causal = true;
-    p.threads = threads;
-    if (variant == "g1_elementwise" || variant == head_major) {
-      p.epilogue.gate_scores = u_elem.data();
-      p.epilogue.gate_token_stride = s.hq * dv;
-      p.epilogue.gate_head_stride = dv;
-    } else if (variant == "g1_headwise") {
-      p.epilogue.gate_scores = u_head.data();
-      p.epilogue.gate_token_stride = s.hq;
-      p.epilogue.gate_head_stride = 1;
-      p.epilogue.gate_headwise = true;
-    }
-    return p;
-  }
-};
 
 /// The tuned unfused Eigen baseline (BENCH.md): per query head S.noalias() = Q·Kᵀ, the scale
 /// folded into exp, the causal mask by a row loop, O = P·V, then an elementwise sigmoid gate.
@@ -230,12 +146,7 @@ double work(const shape& s) {
 
 void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) {
   Eigen::setNbThreads(1);
-  static std::unique_ptr<inputs> cached;  // the largest inputs are reused across benchmarks
-  if (!cached || cached->s.name != s.name) {
-    cached.reset();
-    cached = std::make_unique<inputs>(s);
-  }
-  inputs& in = *cached;
+  inputs& in = gattn_bench::shared_inputs(s);  // the largest inputs are reused across benchmarks
   std::unique_ptr<unfused> base;
   std::unique_ptr<unfused_mla> base_mla;
   if (variant == "unfused") {

@@ -2,10 +2,18 @@
 """Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the BENCH.md ratios.
 
 Usage: scripts/bench_report.py RESULTS.json > table.md
+
+ab/<shape>/<gated>_vs_<plain>/t:<n> (bench_ab.cpp, the interleaved in-process A/B) report counters
+rather than a time: their cells show the gated and plain medians and the paired overhead.
 """
 import json
 import re
 import sys
+
+
+# Counters of the ab/... benchmarks, kept as they are (medians over repetitions when aggregated).
+AB_COUNTERS = ("overhead_pct", "gated_ms", "plain_ms", "pairs", "overhead_p25_pct", "overhead_p75_pct",
+               "cpu_overhead_pct", "clean_pairs", "clean_overhead_pct")
 
 
 def medians(path):
@@ -14,11 +22,12 @@ def medians(path):
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
             continue
-        name = re.sub(r"/real_time$", "", b["run_name"])
+        name = re.sub(r"/(real|manual)_time$", "", b["run_name"])
         ms = b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
         out[name] = {"ms": ms, "GFLOPS": b.get("GFLOPS", 0) / 1e9 if b.get("GFLOPS", 0) > 1e6 else b.get("GFLOPS", 0),
                      "GBps": b.get("GBps", 0) / 1e9 if b.get("GBps", 0) > 1e6 else b.get("GBps", 0),
                      "label": b.get("label", "")}
+        out[name].update({k: b[k] for k in AB_COUNTERS if k in b})
     return data.get("context", {}), out
 
 
@@ -40,6 +49,12 @@ def main():
                 cells.append("")
                 continue
             v = m[n]
+            if "overhead_pct" in v:
+                cells.append(f"gated {v['gated_ms']:.3g} ms, plain {v['plain_ms']:.3g} ms, "
+                             f"paired {v['overhead_pct']:+.2f}% (quartiles {v.get('overhead_p25_pct', float('nan')):+.1f}% "
+                             f"… {v.get('overhead_p75_pct', float('nan')):+.1f}%), "
+                             f"CPU time {v.get('cpu_overhead_pct', float('nan')):+.2f}%, {v['pairs']:.0f} pairs")
+                continue
             extra = f", {v['GFLOPS']:.1f} GFLOP/s" if v["GFLOPS"] else ""
             extra += f", {v['GBps']:.1f} GB/s" if v["GBps"] else ""
             cells.append(f"{v['ms']:.3g} ms{extra}")
@@ -47,14 +62,22 @@ def main():
     print()
     print("| ratio (same run, medians) | t:1 | t:2 | target |")
     print("|---|---|---|---|")
-    def ratio_row(label, f, target):
+    def ratio_row(label, f, target, fmt=".2f"):
         vals = []
         for t in (1, 2):
             try:
-                vals.append(f"{f(t):.2f}")
+                vals.append(f"{f(t):{fmt}}")
             except (KeyError, ZeroDivisionError):
                 vals.append("—")
         print(f"| {label} | {vals[0]} | {vals[1]} | {target} |")
+    def ab_rows(shape, target):
+        # bench_ab.cpp: gated and plain calls alternated in one process; the median over pairs of
+        # (t_gated − t_plain)/t_plain on the steady clock, then on process CPU time.
+        ab = f"ab/{shape}/g1_elementwise_vs_plain"
+        ratio_row(f"{shape} gate overhead, in-process A/B (median of paired differences)",
+                  lambda t: get(f"{ab}/t:{t}", "overhead_pct") / 100, target, ".3f")
+        ratio_row(f"{shape} gate overhead, in-process A/B on process CPU time",
+                  lambda t: get(f"{ab}/t:{t}", "cpu_overhead_pct") / 100, "", ".3f")
     for shape in ("P1", "P2"):
         ratio_row(f"{shape} fused gated / unfused (speed)",
                   lambda t: get(f"kernel/{shape}/unfused/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms"), "≥ 2")
@@ -62,6 +85,8 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GFLOPS") / get(f"limits/gemm/t:{t}", "GFLOPS"), "≥ 0.85")
         ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.01")
+        if shape == "P1":
+            ab_rows(shape, "≤ 0.01")
         ratio_row(f"{shape} fused gated GFLOP/s / limits/fma (FMA peak)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GFLOPS") / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     for shape in ("D1", "M1"):
@@ -69,6 +94,8 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "≥ 0.8")
         ratio_row(f"{shape} gate overhead (elementwise / plain − 1)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms") / get(f"kernel/{shape}/plain/t:{t}", "ms") - 1, "≤ 0.03")
+        if shape == "D1":
+            ab_rows(shape, "≤ 0.03")
     ratio_row("D1 head-major cache view GB/s / limits/read",
               lambda t: get(f"kernel/D1/g1_elementwise_head_major/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "")
     # M1 is bounded by the FMA rate: 2·T·H·(d_qk + d_v) FLOP per call against limits/fma.
