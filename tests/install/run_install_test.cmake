@@ -2,7 +2,8 @@
 # build and run tests/install/consumer against that prefix only (find_package(gattn CONFIG)).
 #
 #   cmake -DGATTN_BINARY_DIR=<gattn build> -DCONSUMER_SOURCE_DIR=<tests/install/consumer>
-#         -DWORK_DIR=<scratch> [-DCMAKE_CXX_COMPILER=...] [-DCMAKE_GENERATOR=...] -P run_install_test.cmake
+#         -DWORK_DIR=<scratch> [-DCONSUMER_ARGS=dir|dir] [-DCMAKE_CXX_COMPILER=...] [-DCMAKE_GENERATOR=...]
+#         -P run_install_test.cmake
 foreach(v GATTN_BINARY_DIR CONSUMER_SOURCE_DIR WORK_DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_install_test.cmake: -D${v}=... is required")
@@ -23,6 +24,9 @@ endfunction()
 
 run("install" ${CMAKE_COMMAND} --install ${GATTN_BINARY_DIR} --prefix ${prefix})
 
+if(NOT EXISTS ${prefix}/bin/gattn)
+  message(FATAL_ERROR "install.consumer: the gattn CLI was not installed as ${prefix}/bin/gattn")
+endif()
 if(NOT EXISTS ${prefix}/include/gattn/core/config.hpp)
   message(FATAL_ERROR "install.consumer: headers missing under ${prefix}/include")
 endif()
@@ -52,4 +56,6 @@ if(NOT pos EQUAL 0)
 endif()
 
 run("build" ${CMAKE_COMMAND} --build ${build})
-run("run" ${build}/consumer)
+set(ENV{OMP_NUM_THREADS} 2)
+string(REPLACE "|" ";" consumer_args "${CONSUMER_ARGS}")  # | separates folders: ctest would split a ;
+run("run" ${build}/consumer ${consumer_args})

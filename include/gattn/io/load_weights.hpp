@@ -15,7 +15,7 @@ namespace detail {
 
 /// "'a.', 'b.'": the distinct prefixes of the tensor names, a weight name being its last two
 /// components (`NAME.weight`, `NAME.bias`); at most `shown` of them, then "...".
-inline std::string prefixes_present(const safetensors_file& file, std::size_t shown = 6) {
+inline std::string prefixes_present(const checkpoint& file, std::size_t shown = 6) {
   std::set<std::string> prefixes;
   for (const tensor_info& t : file.tensors()) {
     const auto last = t.name.rfind('.');
