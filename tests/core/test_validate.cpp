@@ -214,6 +214,15 @@ TEST(Validate, DerivedYarnValuesThatAreNotFiniteAreRefused) {
   expect_refused(g, "inv_freq");
 }
 
+TEST(Validate, FrequenciesThatOverflowAtLatePositionsAreRefused) {
+  // θ^(−62/64) is finite for this θ, but times a position of 2^40 it is not: cos(inf) is NaN.
+  gqa_config g = test::small_gqa(4, 2, 64, 48);
+  g.rope.theta = 1e-310;
+  expect_refused(g, "inv_freq[31]");
+  g.rope.theta = 1e-3;
+  EXPECT_NO_THROW(gattn::validate(g));
+}
+
 TEST(Validate, GattnConfigFilesAreRefused) {
   json j = gattn_gqa_json();
   EXPECT_NO_THROW(gattn::io::parse_gattn_config(j));

@@ -69,10 +69,12 @@ inline rope_frequencies make_rope_frequencies(const rope_config& c) {
       const double extrapolation = 1.0 - ramp;
       inv = (1.0 / (s.factor * base)) * (1.0 - extrapolation) + (1.0 / base) * extrapolation;
     }
-    detail::require<config_error>(std::isfinite(inv), "rope: inv_freq[", i, "]=", inv, " from rope_theta=", c.theta,
-                                  " with rotary width ", r,
+    // Positions stay below limits::max_values (no call or cache holds more tokens), so this
+    // keeps every angle position * inv_freq finite, and cos/sin free of NaN.
+    detail::require<config_error>(std::isfinite(inv * double(limits::max_values)), "rope: inv_freq[", i, "]=", inv,
+                                  " from rope_theta=", c.theta, " with rotary width ", r,
                                   s.yarn ? " and YaRN (factor, original_max_position_embeddings, beta_fast, beta_slow)" : "",
-                                  " must be finite");
+                                  " must be finite at every position up to 2^40");
     f.inv_freq[std::size_t(i)] = inv;
   }
   return f;
