@@ -46,4 +46,14 @@ TEST(StreamedMemory, OverflowingCountThrows) {
   EXPECT_THROW((void)a.allocate(std::numeric_limits<std::size_t>::max() / 2), std::bad_array_new_length);
 }
 
+// Rounding a size just below SIZE_MAX up to the alignment used to wrap around to 0, and a
+// 2 MiB buffer came back for the request.
+TEST(StreamedMemory, SizesThatWrapWhenRoundedThrow) {
+  const std::size_t max = std::numeric_limits<std::size_t>::max();
+  EXPECT_THROW((void)gattn::allocate_streamed(max - 5), std::bad_alloc);
+  EXPECT_THROW((void)gattn::allocate_streamed(max - gattn::huge_page_bytes + 2), std::bad_alloc);
+  gattn::streamed_allocator<float> a;
+  EXPECT_THROW((void)a.allocate(max / sizeof(float)), std::bad_alloc);
+}
+
 }  // namespace

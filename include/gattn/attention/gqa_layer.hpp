@@ -26,12 +26,9 @@ namespace gattn {
 /// many sequences (one kv_cache each) from several threads at once.
 class gqa_layer {
  public:
-  /// Validates `cfg` and takes the weights it needs from `w` (weight_error names any that is
-  /// missing or mis-shaped).
-  gqa_layer(const gqa_config& cfg, const weight_map& w) : cfg_(cfg), rope_(cfg.rope) {
-    validate(cfg_);
-    load(w);
-  }
+  /// Validates `cfg` (before anything is built from it) and takes the weights it needs from `w`
+  /// (weight_error names any that is missing or mis-shaped).
+  gqa_layer(const gqa_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const gqa_config& config() const { return cfg_; }
   /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
@@ -40,6 +37,7 @@ class gqa_layer {
   /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for
   /// causal and non-causal layers.
   void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr) const {
+    detail::check_call_rows("gqa_layer", x.rows, 0, values_per_token(cfg_));
     layer_workspace ws;
     run(x, y, nullptr, ws, stats);
   }
@@ -54,6 +52,7 @@ class gqa_layer {
     detail::require<shape_error>(cache.key_width() == kv_width() && cache.value_width() == kv_width(),
                                  "gqa_layer: cache rows are ", cache.key_width(), "/", cache.value_width(),
                                  " wide, the layer needs ", kv_width(), " (kv_heads * head_dim)");
+    detail::check_call_rows("gqa_layer", x.rows, 0, values_per_token(cfg_));  // the cache is already allocated
     run(x, y, &cache, cache.workspace(), stats);
   }
 

@@ -25,10 +25,8 @@ namespace gattn {
 /// A gated MLA layer with fixed weights. Calls are const (one object, many sequences).
 class mla_layer {
  public:
-  mla_layer(const mla_config& cfg, const weight_map& w) : cfg_(cfg), rope_(cfg.rope) {
-    validate(cfg_);
-    load(w);
-  }
+  /// Validates `cfg` (before anything is built from it) and takes the weights it needs from `w`.
+  mla_layer(const mla_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const mla_config& config() const { return cfg_; }
   /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
@@ -56,6 +54,7 @@ class mla_layer {
 
   /// One whole sequence without a cache (positions 0..T-1).
   void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr) const {
+    detail::check_call_rows("mla_layer", x.rows, 0, values_per_token(cfg_));
     kv_cache cache(cfg_, x.rows);
     run(x, y, cache, stats);
   }
@@ -71,6 +70,8 @@ class mla_layer {
                                  "mla_layer: cache rows are ", cache.key_width(), "/", cache.value_width(),
                                  " wide, the layer needs a latent cache of ", latent_width(),
                                  " (kv_lora_rank + qk_rope_head_dim) with no value rows");
+    // the expanded form re-expands every cached key: its workspace grows with the cache too
+    detail::check_call_rows("mla_layer", x.rows, cache.size(), values_per_token(cfg_));
     run(x, y, cache, stats);
   }
 

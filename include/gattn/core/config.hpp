@@ -2,13 +2,51 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
 namespace gattn {
+
+/// Size limits that validate(), the KV cache and every layer call enforce, so that no config or
+/// call can ask for more memory than a machine has, and no size product can overflow. Published
+/// models stay far below them (hidden 7168, 128 heads, head_dim 256, q_lora_rank 1536);
+/// with every size <= 2^20, a product of two sizes is <= 2^40 and of three <= 2^60, so size
+/// arithmetic in `index` is exact once a config has passed validate().
+namespace limits {
+/// Any one size field: a width (hidden_size, head_dim, qk_nope/qk_rope/v_head_dim, a LoRA or gate
+/// rank) or a head count.
+inline constexpr index max_size = index(1) << 20;
+/// Values in any one weight or buffer: a projection, a KV cache, the workspace of a call.
+/// 2^40 fp32 values are 4 TiB, more than any machine gattn runs on can allocate.
+inline constexpr index max_values = index(1) << 40;
+}  // namespace limits
+
+namespace detail {
+
+/// a * b as a count of values; throws E naming `what` and both factors when the product overflows
+/// or exceeds limits::max_values (an allocation of that size cannot succeed).
+template <class E, class... Parts>
+index checked_values(index a, index b, Parts&&... what) {
+  index n = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &n) || n > limits::max_values)
+    throw E(concat(std::forward<Parts>(what)..., " = ", a, " * ", b, " values, more than the limit of ",
+                   limits::max_values, " (2^40, limits::max_values)"));
+  return n;
+}
+
+/// True when `v` converts to a finite fp32 value > 0 (the conversion of a larger double is UB).
+inline bool is_positive_float(double v) {
+  return v > 0 && v <= double(std::numeric_limits<float>::max()) && float(v) > 0;
+}
+/// True when `v` converts to a finite fp32 value >= 0.
+inline bool is_nonnegative_float(double v) { return v >= 0 && v <= double(std::numeric_limits<float>::max()); }
+
+}  // namespace detail
 
 /// Where the gate applies (SPEC §4): G1 SDPA output, G2 value, G3 key, G4 query, G5 o_proj output.
 enum class gate_position { g1, g2, g3, g4, g5 };

@@ -27,6 +27,8 @@ inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
 inline void* allocate_streamed(std::size_t bytes) {
   const bool huge = bytes >= huge_page_bytes;
   const std::size_t align = huge ? huge_page_bytes : 64;
+  // rounding up to the alignment must not wrap around to a small size
+  if (bytes > std::numeric_limits<std::size_t>::max() - align) throw std::bad_alloc();
   const std::size_t rounded = (bytes + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (p == nullptr) throw std::bad_alloc();

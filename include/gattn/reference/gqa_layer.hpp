@@ -34,6 +34,7 @@ inline index gate_per_head(const gqa_config& c) {
 /// Runs the layer on x [T, d] (positions 0..T-1).
 inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const float* x_in, index T) {
   validate(c);
+  detail::check_call_rows("reference::gqa_forward", T, 0, values_per_token(c));  // what the layer refuses
   const index d = c.hidden, Hq = c.q_heads, Hkv = c.kv_heads, D = c.head_dim, G = c.group_size();
   const gate_config& g = c.gate;
   dmatrix x(x_in, x_in + T * d);

@@ -13,6 +13,7 @@ namespace gattn::reference {
 /// Runs the MLA layer on x [T, d] (positions 0..T-1); fields as for gqa_forward (d_v per head).
 inline layer_result mla_forward(const mla_config& c, const weight_map& w, const float* x_in, index T) {
   validate(c);
+  detail::check_call_rows("reference::mla_forward", T, 0, values_per_token(c));  // what the layer refuses
   const index d = c.hidden, H = c.heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const index dc = c.kv_lora_rank, dqk = dn + dr;
   dmatrix x(x_in, x_in + T * d);
