@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gattn/attention/rope.hpp"  // the derived RoPE frequencies are checked where they are computed
 #include "gattn/core/config.hpp"
+#include "gattn/core/rope_frequencies.hpp"  // derived values are checked where they are computed
 
 namespace gattn {
 

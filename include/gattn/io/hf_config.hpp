@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gattn/attention/rope.hpp"
+#include "gattn/core/rope_frequencies.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/gate/policy.hpp"
 #include "gattn/io/gattn_config.hpp"
