@@ -17,6 +17,7 @@ struct sdpa_epilogue {
   bool gate_headwise = false;
   activation gate_activation = activation::sigmoid;
   combine gate_combine = combine::mul;
+  gattn::gate_rounding gate_rounding = gattn::gate_rounding::none;  ///< bf16: sigmoid and mul only (SPEC §10)
 };
 
 /// One attention problem over strided views (see the file comment and SPEC §2.5-§2.8).
@@ -67,6 +68,10 @@ inline void validate(const sdpa_params& p) {
     require<shape_error>(e.gate_token_stride >= 0 && e.gate_head_stride >= 0,
                          "fused_sdpa: gate_token_stride=", e.gate_token_stride,
                          " gate_head_stride=", e.gate_head_stride, " must be >= 0");
+    require<config_error>(e.gate_rounding == gate_rounding::none ||
+                              (e.gate_activation == activation::sigmoid && e.gate_combine == combine::mul),
+                          "fused_sdpa: gate_rounding=", to_string(e.gate_rounding), " needs gate_activation=sigmoid and gate_combine=mul (got ",
+                          to_string(e.gate_activation), ", ", to_string(e.gate_combine), ")");
   }
   require<shape_error>(e.out_norm == norm_kind::none || e.out_norm_eps >= 0.0f,
                        "fused_sdpa: out_norm_eps=", e.out_norm_eps, " must be >= 0");
