@@ -25,6 +25,8 @@ inline void run_sdpa(const sdpa_params& p, sdpa_backend backend) {
     fused_sdpa(p);
     return;
   }
+  detail::require<config_error>(p.kv_type == storage_type::f32, "sdpa backend ", to_string(backend),
+                                ": kv_type=", to_string(p.kv_type), " is supported by the kernel backend only");
   if (backend == sdpa_backend::unfused) {
     unfused_sdpa(p);
     return;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/arch.hpp"
 #include "gattn/kernel/simd.hpp"
@@ -81,6 +82,26 @@ inline float f16_to_float(std::uint16_t h) noexcept {
   }
   if (e == 0x1F) return detail::bits_float(sign | 0x7F800000u | (m ? 0x400000u | (m << 13) : 0u));
   return detail::bits_float(sign | ((e + 127 - 15) << 23) | (m << 13));
+}
+
+/// The element a tensor of storage type S holds: float, or the bits of a bf16/f16.
+template <storage_type S>
+struct storage_element {
+  using type = std::uint16_t;
+};
+template <>
+struct storage_element<storage_type::f32> {
+  using type = float;
+};
+template <storage_type S>
+using storage_element_t = typename storage_element<S>::type;
+
+/// One stored element widened to fp32 (exact).
+template <storage_type S>
+inline float widen(storage_element_t<S> x) noexcept {
+  if constexpr (S == storage_type::bf16) return bf16_to_float(x);
+  else if constexpr (S == storage_type::f16) return f16_to_float(x);
+  else return x;
 }
 
 /// False when an f16 cache must refuse `v` (|v| > 65504, ±inf). NaN is stored (it stays NaN).
@@ -278,6 +299,14 @@ inline batch<float, Arch> round_bf16(const batch<float, Arch>& x) noexcept {
   alignas(64) std::uint16_t tmp[width<Arch>];
   store_bf16<Arch>(tmp, x);
   return load_bf16<Arch>(tmp);
+}
+
+/// width<Arch> elements of storage type S at p, widened (f32: a plain load).
+template <class Arch, storage_type S>
+inline batch<float, Arch> load_widened(const storage_element_t<S>* p) noexcept {
+  if constexpr (S == storage_type::bf16) return load_bf16<Arch>(p);
+  else if constexpr (S == storage_type::f16) return load_f16<Arch>(p);
+  else return simd::load<Arch>(p);
 }
 
 // ---- arrays (vector body, then the one-lane tail through the reference) ----------------------------
