@@ -1,6 +1,6 @@
 // Tests of gattn/gate/rounding.hpp, the bit-exact bf16 gate (SPEC §10): Kimi K3's vectors
 // (PyTorch bf16 CPU ops) bit for bit on every arch; the fused kernel's epilogue (prefill and
-// split-KV decode), every backend and the GQA layer apply the same rule to their own SDPA output;
+// split-KV decode), every backend and the GQA and MLA layers apply the same rule to their own SDPA output;
 // configurations other than G1 sigmoid mul are refused.
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gqa_layer.hpp"
+#include "gattn/attention/mla_layer.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/gate/rounding.hpp"
 #include "gattn/io/safetensors.hpp"
@@ -273,6 +274,74 @@ TEST(GateRoundingBf16, GqaLayerAppliesTheRuleToItsSdpaOutput) {
                                              << " headwise=" << headwise << " t=" << t << " k=" << k;
           }
       }
+  }
+}
+
+/// The same on a Kimi-K3-like MLA layer (constant gate, o_proj = identity), in both forms (gate in
+/// the kernel epilogue, or after W_uv in the absorbed path), one prefill or prefill then decode.
+TEST(GateRoundingBf16, MlaLayerAppliesTheRuleToItsSdpaOutput) {
+  gattn::mla_config plain;
+  plain.hidden = 96;
+  plain.heads = 3;
+  plain.qk_nope_head_dim = 32;
+  plain.qk_rope_head_dim = 16;
+  plain.v_head_dim = 32;
+  plain.kv_lora_rank = 64;
+  plain.q_lora_rank = 48;
+  plain.rope.rotary_dim = 16;
+  const index d = plain.hidden, T = 19;
+  std::mt19937 gen(12);
+  gattn::weight_map w;
+  auto lin = [&](const std::string& name, index out, index in) {
+    w.set(name, {out, in}, gattn::test::random_values(gen, out * in, 1.0f / std::sqrt(float(in))));
+  };
+  lin("q_a_proj.weight", 48, d);
+  w.set("q_a_layernorm.weight", {48}, std::vector<float>(48, 1.0f));
+  lin("q_b_proj.weight", 3 * 48, 48);
+  lin("kv_a_proj_with_mqa.weight", 80, d);
+  w.set("kv_a_layernorm.weight", {64}, std::vector<float>(64, 1.0f));
+  lin("kv_b_proj.weight", 3 * 64, 64);
+  std::vector<float> eye(std::size_t(d * d), 0.0f);
+  for (index i = 0; i < d; ++i) eye[std::size_t(i * d + i)] = 1.0f;
+  w.set("o_proj.weight", {d, d}, eye);
+  const auto b = gattn::test::random_values(gen, d, 3.0f);
+  const auto x = gattn::test::random_values(gen, T * d, 1.0f);
+  auto run = [&](const gattn::mla_layer& layer, index first) {
+    std::vector<float> y(std::size_t(T * d));
+    gattn::kv_cache cache(layer.config(), T);
+    for (index done = 0; done < T;) {
+      const index n = done == 0 ? first : 1;
+      layer.prefill({x.data() + done * d, n, d, d}, cache, {y.data() + done * d, n, d, d});
+      done += n;
+    }
+    return y;
+  };
+  for (bool headwise : {false, true}) {
+    gattn::mla_config c = plain;
+    c.gate.enabled = true;
+    c.gate.rounding = gattn::gate_rounding::bf16;
+    if (headwise) c.gate.granularity = gattn::granularity::headwise;
+    const index scores = gattn::shape_of_gate(c).scores();
+    gattn::weight_map wg = w;
+    wg.set("g_proj.weight", {scores, d}, std::vector<float>(std::size_t(scores * d), 0.0f));
+    wg.set("g_proj.bias", {scores}, std::vector<float>(b.begin(), b.begin() + scores));
+    for (auto form : {gattn::mla_form::absorbed, gattn::mla_form::expanded})
+      for (auto backend : {gattn::sdpa_backend::kernel, gattn::sdpa_backend::reference})
+        for (index first : {T, index(4)}) {
+          gattn::mla_layer layer(c, wg), ungated(plain, w);
+          layer.set_form(form);
+          ungated.set_form(form);
+          layer.set_backend(backend);
+          ungated.set_backend(backend);
+          const auto y = run(layer, first), o = run(ungated, first);
+          for (index t = 0; t < T; ++t)
+            for (index k = 0; k < d; ++k) {
+              const float u = b[std::size_t(headwise ? k / plain.v_head_dim : k)];
+              const std::size_t at = std::size_t(t * d + k);
+              ASSERT_EQ(y[at], rule(o[at], u)) << gattn::to_string(form) << " " << gattn::to_string(backend)
+                                               << " first=" << first << " headwise=" << headwise << " t=" << t << " k=" << k;
+            }
+        }
   }
 }
 
