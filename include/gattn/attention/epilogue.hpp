@@ -2,6 +2,7 @@
 // the reference backend and the unfused baseline.
 #pragma once
 
+#include "gattn/simd/gate_rounding.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
@@ -16,10 +17,7 @@ inline void apply_sdpa_epilogue(const sdpa_params& p, const sdpa_epilogue& e) {
         rms_norm(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm == norm_kind::rms_zero_centered);
       if (!e.gate_scores) continue;
       const float* u = e.gate_scores + t * e.gate_token_stride + h * e.gate_head_stride;
-      if (e.gate_headwise)
-        apply_gate_scalar(o, p.d_v, u[0], e.gate_activation, e.gate_combine);
-      else
-        apply_gate(o, u, p.d_v, e.gate_activation, e.gate_combine);
+      apply_head_gate(o, u, p.d_v, e.gate_headwise, e.gate_activation, e.gate_combine, e.gate_rounding);
     }
 }
 

@@ -220,6 +220,7 @@ class gqa_layer {
       epi.gate_headwise = gate_.per_head == 1;
       epi.gate_activation = g.activation;
       epi.gate_combine = g.combine;
+      epi.gate_rounding = g.rounding;
     }
     if (!stats) {
       p.epilogue = epi;

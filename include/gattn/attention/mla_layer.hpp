@@ -268,6 +268,7 @@ class mla_layer {
         p.epilogue.gate_headwise = gate_.per_head == 1;
         p.epilogue.gate_activation = g.activation;
         p.epilogue.gate_combine = g.combine;
+        p.epilogue.gate_rounding = g.rounding;
       }
       sdpa_(p);
       if (stats) observe_first_token_attention(p, *stats);
@@ -278,10 +279,10 @@ class mla_layer {
         layer_workspace::fit(ws.scratch, T * H * Q + T * H * dv);
         float* before = ws.scratch.data() + T * H * Q;
         std::copy_n(o, T * H * dv, before);
-        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine);
+        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine, g.rounding);
         stats->add_sdpa_and_gated(before, o, T * H * dv);
       } else {
-        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine);
+        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine, g.rounding);
       }
     }
 

@@ -23,6 +23,8 @@ inline const char* to_string(sdpa_backend b) {
 /// The oracle as an sdpa_function: gathers the strided views into dense double arrays, runs
 /// reference::sdpa, and applies the epilogue with the same vector ops as the kernel.
 inline void reference_sdpa(const sdpa_params& p) {
+  detail::require<config_error>(p.kv_type == storage_type::f32, "reference_sdpa: kv_type=", to_string(p.kv_type),
+                                " is supported by the kernel only");
   const reference::sdpa_shape s{p.t_q, p.t_k, p.q_heads, p.kv_heads, p.d_qk, p.d_v, double(p.scale), p.causal};
   std::vector<double> q(std::size_t(p.t_q * p.q_heads * p.d_qk)), k(std::size_t(p.t_k * p.kv_heads * p.d_qk)),
       v(std::size_t(p.t_k * p.kv_heads * p.d_v)), out(std::size_t(p.t_q * p.q_heads * p.d_v)),

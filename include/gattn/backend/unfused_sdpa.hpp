@@ -23,6 +23,8 @@ namespace gattn {
 /// Runs `p` (same contract as fused_sdpa: strides, bottom-right causal mask, lse, epilogue) the
 /// unfused way. Memory is O(T_q·T_k) per thread: this is the baseline, not a production path.
 inline void unfused_sdpa(const sdpa_params& p) {
+  detail::require<config_error>(p.kv_type == storage_type::f32, "unfused_sdpa: kv_type=", to_string(p.kv_type),
+                                " is supported by the kernel only");
   using stride = Eigen::OuterStride<>;
   const index group = p.q_heads / p.kv_heads;
   const float neg_inf = -std::numeric_limits<float>::infinity();

@@ -85,6 +85,11 @@ inline void validate_gate(const gate_config& g, bool mla) {
                                 mla ? " on MLA" : "", ")");
   detail::require<config_error>(g.source != gate_source::fused_q || !g.shared,
                                 "gate.shared=true is not supported with gate.source=fused_q");
+  detail::require<config_error>(g.rounding == gate_rounding::none ||
+                                    (g.position == gate_position::g1 && g.activation == activation::sigmoid &&
+                                     g.combine == combine::mul),
+                                "gate_rounding=", to_string(g.rounding), " needs the G1 gate with activation=sigmoid and combine=mul (got ",
+                                to_string(g.position), ", ", to_string(g.activation), ", ", to_string(g.combine), ")");
   if (g.source == gate_source::low_rank) detail::require_size("gate.rank", g.rank);
 }
 

@@ -6,6 +6,7 @@
 #include "gattn/gate/shape.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/gate_rounding.hpp"
 
 namespace gattn {
 
@@ -34,15 +35,13 @@ inline gate_scores share_over_heads(float* u, index tokens, index token_stride, 
 /// target(t, h, k) ← combine(target, act(u(t, h, ·))) for `tokens` rows of a [heads, width] target.
 template <class Arch = default_arch>
 void apply_gate_rows(float* target, index tokens, index target_token_stride, index target_head_stride,
-                     const gate_shape& s, const gate_scores& u, activation act, combine comb) {
+                     const gate_shape& s, const gate_scores& u, activation act, combine comb,
+                     gate_rounding rounding = gate_rounding::none) {
   for (index t = 0; t < tokens; ++t)
     for (index h = 0; h < s.heads; ++h) {
       float* z = target + t * target_token_stride + h * target_head_stride;
       const float* scores = u.data + t * u.token_stride + h * u.head_stride;
-      if (s.per_head == 1)
-        apply_gate_scalar<Arch>(z, s.width, scores[0], act, comb);
-      else
-        apply_gate<Arch>(z, scores, s.width, act, comb);
+      apply_head_gate<Arch>(z, scores, s.width, s.per_head == 1, act, comb, rounding);
     }
 }
 

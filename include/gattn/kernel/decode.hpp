@@ -22,6 +22,7 @@
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/convert.hpp"
 
 namespace gattn {
 namespace detail {
@@ -84,7 +85,7 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   pl.rows_total = p.kv_heads * pl.rows;
   pl.ldq = round_up(p.d_qk, 16);
   pl.dv_pad = round_up(p.d_v, W);
-  pl.pack_v = (p.d_v % W) != 0;
+  pl.pack_v = (p.d_v % W) != 0 || p.kv_type != storage_type::f32;  // low precision: widened into the pack
   pl.bc = std::max<index>(32, W);
   pl.kb = pl.rows >= 4 ? NA / 4 : (pl.rows >= 2 ? NA / 2 : NA);
   pl.offset = p.t_k - p.t_q;
@@ -124,9 +125,10 @@ inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
   return s;
 }
 
-/// s[r][t] = Σ_c q[r][c]·k_t[c] for RB query rows (stride ldq) × KB keys (row pointers k[t]).
-template <class Arch, int RB, int KB>
-inline void decode_qk(const float* q, index ldq, const float* const* k, index d, float* s, index lds) {
+/// s[r][t] = Σ_c q[r][c]·k_t[c] for RB query rows (stride ldq) × KB keys (row pointers k[t],
+/// elements of storage type S, widened on load).
+template <class Arch, int RB, int KB, storage_type S = storage_type::f32>
+inline void decode_qk(const float* q, index ldq, const storage_element_t<S>* const* k, index d, float* s, index lds) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
   constexpr int N = RB * KB;
@@ -137,7 +139,10 @@ inline void decode_qk(const float* q, index ldq, const float* const* k, index d,
   for (index c = 0; c < dvec; c += W) {
     B kv[KB];
 #pragma GCC unroll 16
-    for (int t = 0; t < KB; ++t) kv[t] = simd::load_reg<Arch>(k[t] + c);
+    for (int t = 0; t < KB; ++t) {
+      if constexpr (S == storage_type::f32) kv[t] = simd::load_reg<Arch>(k[t] + c);
+      else kv[t] = simd::load_widened<Arch, S>(k[t] + c);
+    }
 #pragma GCC unroll 16
     for (int r = 0; r < RB; ++r) {
       const B qv = simd::load_reg<Arch>(q + r * ldq + c);
@@ -155,7 +160,7 @@ inline void decode_qk(const float* q, index ldq, const float* const* k, index d,
   }
   for (index c = dvec; c < d; ++c)
     for (int r = 0; r < RB; ++r)
-      for (int t = 0; t < KB; ++t) sums[r * KB + t] += q[r * ldq + c] * k[t][c];
+      for (int t = 0; t < KB; ++t) sums[r * KB + t] += q[r * ldq + c] * widen<S>(k[t][c]);
 #pragma GCC unroll 16
   for (int r = 0; r < RB; ++r)
 #pragma GCC unroll 16
@@ -163,19 +168,19 @@ inline void decode_qk(const float* q, index ldq, const float* const* k, index d,
 }
 
 /// Dispatches decode_qk over the row count rb (1, 2 or 4) for a fixed key count kb of the plan.
-template <class Arch>
-inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, const float* const* k, index d, float* s,
-                               index lds) {
+template <class Arch, storage_type S = storage_type::f32>
+inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, const storage_element_t<S>* const* k, index d,
+                               float* s, index lds) {
   constexpr int NA = decode_acc<Arch>;
   if (kb == NA / 4) {
-    if (rb == 4) decode_qk<Arch, 4, NA / 4>(q, ldq, k, d, s, lds);
-    else if (rb == 2) decode_qk<Arch, 2, NA / 4>(q, ldq, k, d, s, lds);
-    else decode_qk<Arch, 1, NA / 4>(q, ldq, k, d, s, lds);
+    if (rb == 4) decode_qk<Arch, 4, NA / 4, S>(q, ldq, k, d, s, lds);
+    else if (rb == 2) decode_qk<Arch, 2, NA / 4, S>(q, ldq, k, d, s, lds);
+    else decode_qk<Arch, 1, NA / 4, S>(q, ldq, k, d, s, lds);
   } else if (kb == NA / 2) {
-    if (rb == 2) decode_qk<Arch, 2, NA / 2>(q, ldq, k, d, s, lds);
-    else decode_qk<Arch, 1, NA / 2>(q, ldq, k, d, s, lds);
+    if (rb == 2) decode_qk<Arch, 2, NA / 2, S>(q, ldq, k, d, s, lds);
+    else decode_qk<Arch, 1, NA / 2, S>(q, ldq, k, d, s, lds);
   } else {
-    decode_qk<Arch, 1, NA>(q, ldq, k, d, s, lds);
+    decode_qk<Arch, 1, NA, S>(q, ldq, k, d, s, lds);
   }
 }
 
@@ -191,9 +196,41 @@ inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
   return p.causal ? std::clamp<index>(m / pl.group + pl.offset + 1, 0, p.t_k) : p.t_k;
 }
 
+/// The stored K and V of p as elements of storage type S.
+template <storage_type S>
+inline const storage_element_t<S>* stored_k(const sdpa_params& p) {
+  if constexpr (S == storage_type::f32) return p.k;
+  else return p.k_bits;
+}
+template <storage_type S>
+inline const storage_element_t<S>* stored_v(const sdpa_params& p) {
+  if constexpr (S == storage_type::f32) return p.v;
+  else return p.v_bits;
+}
+
+/// The V rows of n tokens from `v` as the P·V microkernel reads them (stride `vs`): in place
+/// when fp32 and a multiple of the width, else packed into `pack` (low precision: widened).
+template <class Arch, storage_type S>
+inline const float* decode_v_tile(const storage_element_t<S>* v, index n, const sdpa_params& p, const decode_plan& pl,
+                                  float* pack, index& vs) {
+  vs = p.v_token_stride;
+  if constexpr (S == storage_type::f32) {
+    return pl.pack_v ? pack_v_tile(v, p.v_token_stride, n, p.d_v, pl.dv_pad, pack, vs) : v;
+  } else {
+    for (index j = 0; j < n; ++j) {
+      float* dst = pack + j * pl.dv_pad;
+      if constexpr (S == storage_type::bf16) simd::widen_bf16<Arch>(v + j * p.v_token_stride, dst, p.d_v);
+      else simd::widen_f16<Arch>(v + j * p.v_token_stride, dst, p.d_v);
+      std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
+    }
+    vs = pl.dv_pad;
+    return pack;
+  }
+}
+
 /// One decode task: every row of every KV head over keys [k_begin, k_end). Leaves the
 /// unnormalised O, m and l of all rows in the scratch.
-template <class Arch>
+template <class Arch, storage_type S = storage_type::f32>
 inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
                          index k_end) {
   using tr = kernel_traits<Arch>;
@@ -216,26 +253,31 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   alignas(64) float iota[64];
   for (index t = 0; t < 64; ++t) iota[t] = float(t);
   const index nvo = pl.dv_pad / W;
-  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_end, decode_prefetch_bytes);
-  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_end,
+  // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
+  constexpr bool fp32 = S == storage_type::f32;
+  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
+                        decode_prefetch_bytes);
+  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
                                decode_prefetch_bytes);
-  const bool v_in_k = v_inside_k(p);
+  const bool v_in_k = !fp32 || v_inside_k(p);
+  const storage_element_t<S>* const k_data = stored_k<S>(p);
+  const storage_element_t<S>* const v_data = stored_v<S>(p);
   for (index j0 = k_begin; j0 < k_end; j0 += bc) {
     const index nk = std::min(bc, k_end - j0);
     // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
-    const float* kp[64];
+    const storage_element_t<S>* kp[64];
     for (index t0 = 0; t0 < nk; t0 += kb) {
       for (index r = 0; r < p.kv_heads; ++r) {
         ks.prefetch_share(j0 + t0, std::min(kb, nk - t0), r, p.kv_heads);  // this head's share
         for (index t = 0; t < kb; ++t)
-          kp[t] = p.k + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
+          kp[t] = k_data + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
         index m = 0;
         for (; m + 4 <= R && kb * 4 <= decode_acc<Arch>; m += 4)
-          decode_qk_dispatch<Arch>(4, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+          decode_qk_dispatch<Arch, S>(4, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
         for (; m + 2 <= R && kb * 2 <= decode_acc<Arch>; m += 2)
-          decode_qk_dispatch<Arch>(2, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+          decode_qk_dispatch<Arch, S>(2, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
         for (; m < R; ++m)
-          decode_qk_dispatch<Arch>(1, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+          decode_qk_dispatch<Arch, S>(1, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
       }
     }
     // 2. Online softmax per row along the block (keys past nk or past the row's limit: -inf).
@@ -278,9 +320,9 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
       const index ng = std::min(tg, nk - g0);
       for (index r = 0; r < p.kv_heads; ++r) {
         if (!v_in_k) vs_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
-        const float* vt = p.v + (j0 + g0) * p.v_token_stride + r * p.v_head_stride;
-        index vs = p.v_token_stride;
-        if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, ng, p.d_v, pl.dv_pad, sc.vpack, vs);
+        index vs = 0;
+        const float* vt = decode_v_tile<Arch, S>(v_data + (j0 + g0) * p.v_token_stride + r * p.v_head_stride, ng, p, pl,
+                                                 sc.vpack, vs);
         for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
           const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
           for (index m = 0; m < R; m += tr::pv_mr) {
@@ -300,9 +342,9 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   }
 }
 
-/// Decode path of fused_sdpa (see use_decode_path).
-template <class Arch>
-inline void decode_sdpa(const sdpa_params& p, int threads) {
+/// Decode path of fused_sdpa (see use_decode_path) for K/V stored as S.
+template <class Arch, storage_type S>
+inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
   const decode_plan pl = make_decode_plan<Arch>(p, threads);
   const index row_block = pl.dv_pad + 2;
   const index R = pl.rows;
@@ -319,7 +361,7 @@ inline void decode_sdpa(const sdpa_params& p, int threads) {
   if (pl.splits == 1) {
     float* base = thread_scratch().get(pl.scratch_floats);
     const decode_scratch sc = carve_decode(base, pl);
-    decode_range<Arch>(p, pl, sc, 0, pl.max_lim);
+    decode_range<Arch, S>(p, pl, sc, 0, pl.max_lim);
     finish(sc.o, pl.dv_pad, sc.m, sc.l, 1);
     return;
   }
@@ -328,7 +370,7 @@ inline void decode_sdpa(const sdpa_params& p, int threads) {
     float* base = thread_scratch().get(pl.scratch_floats);
     const decode_scratch sc = carve_decode(base, pl);
     const index kb = sp * pl.split_len, ke = std::min(pl.max_lim, kb + pl.split_len);
-    decode_range<Arch>(p, pl, sc, kb, ke);
+    decode_range<Arch, S>(p, pl, sc, kb, ke);
     float* dst = partials + sp * pl.rows_total * row_block;
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       std::memcpy(dst + gr * row_block, sc.o + gr * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
@@ -366,6 +408,18 @@ inline void decode_sdpa(const sdpa_params& p, int threads) {
     o0[pl.dv_pad + 1] = l;
   }
   finish(partials, row_block, partials + pl.dv_pad, partials + pl.dv_pad + 1, row_block);
+}
+
+/// Decode path of fused_sdpa (see use_decode_path): the K/V element type is a compile-time
+/// parameter of everything below, so the fp32 loops are the same code as without it.
+template <class Arch>
+inline void decode_sdpa(const sdpa_params& p, int threads) {
+  switch (p.kv_type) {
+    case storage_type::bf16: decode_sdpa_stored<Arch, storage_type::bf16>(p, threads); return;
+    case storage_type::f16: decode_sdpa_stored<Arch, storage_type::f16>(p, threads); return;
+    case storage_type::f32: break;
+  }
+  decode_sdpa_stored<Arch, storage_type::f32>(p, threads);
 }
 
 }  // namespace detail

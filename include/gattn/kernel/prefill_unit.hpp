@@ -11,6 +11,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
+#include "gattn/simd/gate_rounding.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
@@ -199,8 +200,7 @@ inline void finish_row(const sdpa_params& p, float* o, float inv_l, index i, ind
   if (e.out_norm != norm_kind::none) rms_norm<Arch>(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm);
   if (e.gate_scores) {
     const float* u = e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride;
-    if (e.gate_headwise) apply_gate_scalar<Arch>(o, p.d_v, *u, e.gate_activation, e.gate_combine);
-    else apply_gate<Arch>(o, u, p.d_v, e.gate_activation, e.gate_combine);
+    apply_head_gate<Arch>(o, u, p.d_v, e.gate_headwise, e.gate_activation, e.gate_combine, e.gate_rounding);
   }
   std::memcpy(p.out + i * p.out_token_stride + h * p.out_head_stride, o, sizeof(float) * std::size_t(p.d_v));
 }

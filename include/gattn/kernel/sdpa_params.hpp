@@ -1,6 +1,8 @@
 // The fused kernel's interface: one attention problem over strided views, its epilogue, validation.
 #pragma once
 
+#include <cstdint>
+
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
@@ -17,6 +19,7 @@ struct sdpa_epilogue {
   bool gate_headwise = false;
   activation gate_activation = activation::sigmoid;
   combine gate_combine = combine::mul;
+  gattn::gate_rounding gate_rounding = gattn::gate_rounding::none;  ///< bf16: sigmoid and mul only (SPEC §10)
 };
 
 /// One attention problem over strided views (see the file comment and SPEC §2.5-§2.8).
@@ -28,6 +31,12 @@ struct sdpa_params {
   index k_token_stride = 0, k_head_stride = 0;  ///< k[j*ts + r*hs + c]
   const float* v = nullptr;
   index v_token_stride = 0, v_head_stride = 0;  ///< may alias k (MLA latent cache)
+  /// Element type of the stored K and V (SPEC §10, exact numerics: widened on load, fp32 math).
+  /// bf16/f16: K and V are read from k_bits and v_bits (k and v unused; strides in elements);
+  /// for now on the fused kernel's decode path only (few query rows per KV head).
+  storage_type kv_type = storage_type::f32;
+  const std::uint16_t* k_bits = nullptr;
+  const std::uint16_t* v_bits = nullptr;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
   float scale = 1.0f;
@@ -59,7 +68,11 @@ inline void validate(const sdpa_params& p) {
     require<shape_error>(p.q != nullptr, "fused_sdpa: q is null with t_q=", p.t_q);
     require<shape_error>(p.out != nullptr, "fused_sdpa: out is null with t_q=", p.t_q);
   }
-  if (p.t_k > 0) require<shape_error>(p.k != nullptr && p.v != nullptr, "fused_sdpa: k or v is null with t_k=", p.t_k);
+  if (p.t_k > 0 && p.kv_type == storage_type::f32)
+    require<shape_error>(p.k != nullptr && p.v != nullptr, "fused_sdpa: k or v is null with t_k=", p.t_k);
+  if (p.t_k > 0 && p.kv_type != storage_type::f32)
+    require<shape_error>(p.k_bits != nullptr && p.v_bits != nullptr, "fused_sdpa: k_bits or v_bits is null with kv_type=",
+                         to_string(p.kv_type), " and t_k=", p.t_k);
   require<shape_error>(std::isfinite(p.scale), "fused_sdpa: scale=", p.scale, " must be finite");
   require<shape_error>(p.threads >= 0, "fused_sdpa: threads=", p.threads, " must be >= 0");
   const sdpa_epilogue& e = p.epilogue;
@@ -67,9 +80,17 @@ inline void validate(const sdpa_params& p) {
     require<shape_error>(e.gate_token_stride >= 0 && e.gate_head_stride >= 0,
                          "fused_sdpa: gate_token_stride=", e.gate_token_stride,
                          " gate_head_stride=", e.gate_head_stride, " must be >= 0");
+    require<config_error>(e.gate_rounding == gate_rounding::none ||
+                              (e.gate_activation == activation::sigmoid && e.gate_combine == combine::mul),
+                          "fused_sdpa: gate_rounding=", to_string(e.gate_rounding), " needs gate_activation=sigmoid and gate_combine=mul (got ",
+                          to_string(e.gate_activation), ", ", to_string(e.gate_combine), ")");
   }
   require<shape_error>(e.out_norm == norm_kind::none || e.out_norm_eps >= 0.0f,
                        "fused_sdpa: out_norm_eps=", e.out_norm_eps, " must be >= 0");
+  // The condition of use_decode_path (decode.hpp): only that path reads low-precision K/V yet.
+  require<config_error>(p.kv_type == storage_type::f32 || (p.t_q <= 4 && p.q_heads / p.kv_heads * p.t_q <= 64),
+                        "fused_sdpa: kv_type=", to_string(p.kv_type), " needs the decode path (t_q <= 4 and ",
+                        "q_heads/kv_heads*t_q <= 64; got t_q=", p.t_q, " q_heads=", p.q_heads, " kv_heads=", p.kv_heads, ")");
 }
 
 }  // namespace detail
