@@ -117,7 +117,7 @@ struct gqa_config {
   norm_kind output_norm = norm_kind::none;
   double rms_norm_eps = 1e-6;
   double partial_rotary_factor = 1.0;
-  rope_config rope;  ///< rope.rotary_dim is derived from partial_rotary_factor by finalize()
+  rope_config rope;  ///< rope.rotary_dim must equal rotary_width(head_dim, partial_rotary_factor) (validate() checks)
   bool causal = true;
   double attention_scale = 0;  ///< 0 = 1/sqrt(head_dim)
   gate_config gate;
