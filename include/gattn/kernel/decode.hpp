@@ -58,7 +58,7 @@ struct decode_plan {
   index dv_pad = 1;
   index bc = 32;         // keys per block
   index qk_keys = 4;     // keys per QK microkernel call
-  index splits = 1, split_len = 0, offset = 0, max_lim = 0;
+  index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
   std::size_t scratch_floats = 0;
 };
@@ -87,7 +87,6 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   pl.pack_v = (p.d_v % W) != 0;
   pl.bc = std::max<index>(32, W);
   pl.qk_keys = pl.rows_per_head >= 4 ? NA / 4 : (pl.rows_per_head >= 2 ? NA / 2 : NA);
-  pl.offset = p.t_k - p.t_q;
   pl.max_lim = visible_keys(p, p.t_q - 1);
   // Several splits per thread, scheduled dynamically: a shared machine slows one thread down and
   // an even static split would wait for it. The split count depends only on the thread count, so
