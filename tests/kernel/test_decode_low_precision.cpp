@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/attention/backend.hpp"
+#include "gattn/backend/backend.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 
@@ -100,7 +100,7 @@ TEST(KernelDecodeLowPrecision, RefusedWhereNotSupported) {
   p.causal = false;
   EXPECT_NO_THROW(gattn::fused_sdpa(p));
   for (auto b : {gattn::sdpa_backend::reference, gattn::sdpa_backend::unfused})
-    EXPECT_THROW(gattn::run_sdpa(p, b), gattn::config_error) << gattn::to_string(b);
+    EXPECT_THROW(gattn::sdpa_of(b)(p), gattn::config_error) << gattn::to_string(b);
   p.v_bits = nullptr;
   EXPECT_THROW(gattn::fused_sdpa(p), gattn::shape_error);
 }

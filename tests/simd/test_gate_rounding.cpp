@@ -15,6 +15,7 @@
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
+#include "gattn/backend/backend.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/simd/gate_rounding.hpp"
 #include "gattn/io/safetensors.hpp"
@@ -260,8 +261,8 @@ TEST(GateRoundingBf16, GqaLayerAppliesTheRuleToItsSdpaOutput) {
     for (auto backend : {gattn::sdpa_backend::kernel, gattn::sdpa_backend::reference, gattn::sdpa_backend::unfused})
       for (bool with_stats : {false, true}) {
         gattn::gqa_layer layer(c, wg), ungated(plain, w);
-        layer.set_backend(backend);
-        ungated.set_backend(backend);
+        layer.set_sdpa(gattn::sdpa_of(backend));
+        ungated.set_sdpa(gattn::sdpa_of(backend));
         std::vector<float> y(std::size_t(T * n)), o(y.size());
         gattn::statistics_observer stats;
         layer.forward({x.data(), T, n, n}, {y.data(), T, n, n}, with_stats ? &stats : nullptr);
@@ -331,8 +332,8 @@ TEST(GateRoundingBf16, MlaLayerAppliesTheRuleToItsSdpaOutput) {
           gattn::mla_layer layer(c, wg), ungated(plain, w);
           layer.set_form(form);
           ungated.set_form(form);
-          layer.set_backend(backend);
-          ungated.set_backend(backend);
+          layer.set_sdpa(gattn::sdpa_of(backend));
+          ungated.set_sdpa(gattn::sdpa_of(backend));
           const auto y = run(layer, first), o = run(ungated, first);
           for (index t = 0; t < T; ++t)
             for (index k = 0; k < d; ++k) {

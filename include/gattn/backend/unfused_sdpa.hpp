@@ -41,9 +41,8 @@ inline void unfused_sdpa(const sdpa_params& p) {
     Eigen::Map<row_matrix, 0, stride> O(p.out + h * p.out_head_stride, p.t_q, p.d_v, stride(p.out_token_stride));
     scores.noalias() = Q * K.transpose();
     for (index i = 0; i < p.t_q; ++i) {
-      const index visible = p.causal ? std::clamp<index>(i + (p.t_k - p.t_q) + 1, 0, p.t_k) : p.t_k;
+      const index visible = detail::visible_keys(p, i);
       float* s = scores.row(i).data();
-      std::fill(s + visible, s + p.t_k, 0.0f);  // masked keys get probability 0
       float m = neg_inf;
       for (index j = 0; j < visible; ++j) m = std::max(m, s[j]);
       float l = 0.0f;
@@ -51,11 +50,29 @@ inline void unfused_sdpa(const sdpa_params& p) {
         s[j] = std::exp(p.scale * (s[j] - m));  // the scale folded into the exponent
         l += s[j];
       }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a row with no key stays exactly 0
+      // Only a row without keys is exactly 0; l = 0 or NaN with keys (overflowed scores) is not
+      // finite, never a finite wrong row (SPEC §2.6).
+      const float inv = visible > 0 ? 1.0f / l : 0.0f;
       for (index j = 0; j < visible; ++j) s[j] *= inv;
       if (p.lse) p.lse[h * p.t_q + i] = visible ? p.scale * m + std::log(l) : neg_inf;
     }
-    O.noalias() = scores * V;
+    // O = P·V over the visible keys only (a masked key's 0 times a NaN or Inf V row would be
+    // NaN): per block of rows, the keys every row of the block sees as one product, then each
+    // row's remaining keys of the diagonal.
+    constexpr index block = 64;
+    for (index i0 = 0; i0 < p.t_q; i0 += block) {
+      const index n = std::min(block, p.t_q - i0);
+      const index common = detail::visible_keys(p, i0);
+      if (common > 0)
+        O.middleRows(i0, n).noalias() = scores.block(i0, 0, n, common) * V.topRows(common);
+      else
+        O.middleRows(i0, n).setZero();
+      for (index i = i0; i < i0 + n; ++i) {
+        const index extra = detail::visible_keys(p, i) - common;
+        if (extra > 0)
+          O.row(i).noalias() += scores.row(i).segment(common, extra) * V.middleRows(common, extra);
+      }
+    }
   }
   apply_sdpa_epilogue(p, p.epilogue);
 }

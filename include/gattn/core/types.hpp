@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
 
 namespace gattn {
 
@@ -21,15 +20,5 @@ struct matrix_view {
   T* row(index r) const { return data + r * row_stride; }
   T& operator()(index r, index c) const { return data[r * row_stride + c]; }
 };
-
-/// Dense row-major matrix view over a std::vector (rows x cols, stride = cols).
-template <class T>
-matrix_view<T> dense_view(std::vector<T>& v, index rows, index cols) {
-  return {v.data(), rows, cols, cols};
-}
-template <class T>
-matrix_view<const T> dense_view(const std::vector<T>& v, index rows, index cols) {
-  return {v.data(), rows, cols, cols};
-}
 
 }  // namespace gattn

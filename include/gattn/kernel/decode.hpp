@@ -52,14 +52,14 @@ namespace detail {
 
 /// Plan of the decode path.
 struct decode_plan {
-  index group = 1;       // G
-  index rows = 1;        // R = G·t_q rows per KV head
-  index rows_total = 1;  // H_kv·R
+  index group = 1;          // G
+  index rows_per_head = 1;  // R = G·t_q
+  index rows_total = 1;     // H_kv·R
   index ldq = 1;         // row stride of the packed scaled Q
   index dv_pad = 1;
   index bc = 32;         // keys per block
-  index kb = 4;          // keys per QK microkernel call
-  index splits = 1, split_len = 0, offset = 0, max_lim = 0;
+  index qk_keys = 4;     // keys per QK microkernel call
+  index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
   std::size_t scratch_floats = 0;
 };
@@ -81,15 +81,14 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   constexpr index NA = decode_acc<Arch>;
   decode_plan pl;
   pl.group = p.q_heads / p.kv_heads;
-  pl.rows = pl.group * p.t_q;
-  pl.rows_total = p.kv_heads * pl.rows;
+  pl.rows_per_head = pl.group * p.t_q;
+  pl.rows_total = p.kv_heads * pl.rows_per_head;
   pl.ldq = round_up(p.d_qk, 16);
   pl.dv_pad = round_up(p.d_v, W);
   pl.pack_v = (p.d_v % W) != 0 || p.kv_type != storage_type::f32;  // low precision: widened into the pack
   pl.bc = std::max<index>(32, W);
-  pl.kb = pl.rows >= 4 ? NA / 4 : (pl.rows >= 2 ? NA / 2 : NA);
-  pl.offset = p.t_k - p.t_q;
-  pl.max_lim = p.causal ? std::clamp<index>(p.t_q + pl.offset, 0, p.t_k) : p.t_k;
+  pl.qk_keys = pl.rows_per_head >= 4 ? NA / 4 : (pl.rows_per_head >= 2 ? NA / 2 : NA);
+  pl.max_lim = visible_keys(p, p.t_q - 1);
   // Several splits per thread, scheduled dynamically: a shared machine slows one thread down and
   // an even static split would wait for it. The split count depends only on the thread count, so
   // results stay deterministic per thread count.
@@ -167,16 +166,16 @@ inline void decode_qk(const float* q, index ldq, const storage_element_t<S>* con
     for (int t = 0; t < KB; ++t) s[r * lds + t] = sums[r * KB + t];
 }
 
-/// Dispatches decode_qk over the row count rb (1, 2 or 4) for a fixed key count kb of the plan.
+/// Dispatches decode_qk over the row count rb (1, 2 or 4) for the plan's keys per call (qk_keys).
 template <class Arch, storage_type S = storage_type::f32>
-inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, const storage_element_t<S>* const* k, index d,
+inline void decode_qk_dispatch(int rb, index qk_keys, const float* q, index ldq, const storage_element_t<S>* const* k, index d,
                                float* s, index lds) {
   constexpr int NA = decode_acc<Arch>;
-  if (kb == NA / 4) {
+  if (qk_keys == NA / 4) {
     if (rb == 4) decode_qk<Arch, 4, NA / 4, S>(q, ldq, k, d, s, lds);
     else if (rb == 2) decode_qk<Arch, 2, NA / 4, S>(q, ldq, k, d, s, lds);
     else decode_qk<Arch, 1, NA / 4, S>(q, ldq, k, d, s, lds);
-  } else if (kb == NA / 2) {
+  } else if (qk_keys == NA / 2) {
     if (rb == 2) decode_qk<Arch, 2, NA / 2, S>(q, ldq, k, d, s, lds);
     else decode_qk<Arch, 1, NA / 2, S>(q, ldq, k, d, s, lds);
   } else {
@@ -184,16 +183,9 @@ inline void decode_qk_dispatch(int rb, index kb, const float* q, index ldq, cons
   }
 }
 
-/// Decode's P·V: P row-major [row][key] (stride ldp); alpha = nullptr: O += P·V.
-template <class Arch, int MR, int NV>
-inline void decode_pv(const float* pm, index ldp, index nk, const float* v, index vs, float* o, index ldo,
-                      const float* alpha) {
-  pv_accumulate<Arch, MR, NV, false>(pm, ldp, nk, v, vs, o, ldo, alpha);
-}
-
-/// Visible-key count of decode row m (query m / G).
+/// Visible-key count of decode row m of a KV head (query m / G).
 inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
-  return p.causal ? std::clamp<index>(m / pl.group + pl.offset + 1, 0, p.t_k) : p.t_k;
+  return visible_keys(p, m / pl.group);
 }
 
 /// The stored K and V of p as elements of storage type S.
@@ -208,14 +200,14 @@ inline const storage_element_t<S>* stored_v(const sdpa_params& p) {
   else return p.v_bits;
 }
 
-/// The V rows of n tokens from `v` as the P·V microkernel reads them (stride `vs`): in place
+/// The V rows of n tokens from `v` as the P·V microkernel reads them (row stride `ldv`): in place
 /// when fp32 and a multiple of the width, else packed into `pack` (low precision: widened).
 template <class Arch, storage_type S>
 inline const float* decode_v_tile(const storage_element_t<S>* v, index n, const sdpa_params& p, const decode_plan& pl,
-                                  float* pack, index& vs) {
-  vs = p.v_token_stride;
+                                  float* pack, index& ldv) {
+  ldv = p.v_token_stride;
   if constexpr (S == storage_type::f32) {
-    return pl.pack_v ? pack_v_tile(v, p.v_token_stride, n, p.d_v, pl.dv_pad, pack, vs) : v;
+    return pl.pack_v ? pack_v_tile(v, p.v_token_stride, n, p.d_v, pl.dv_pad, pack, ldv) : v;
   } else {
     for (index j = 0; j < n; ++j) {
       float* dst = pack + j * pl.dv_pad;
@@ -223,7 +215,7 @@ inline const float* decode_v_tile(const storage_element_t<S>* v, index n, const 
       else simd::widen_f16<Arch>(v + j * p.v_token_stride, dst, p.d_v);
       std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
     }
-    vs = pl.dv_pad;
+    ldv = pl.dv_pad;
     return pack;
   }
 }
@@ -237,7 +229,7 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   using B = simd::batch<float, Arch>;
   constexpr index W = tr::width;
   const float ninf = -std::numeric_limits<float>::infinity();
-  const index R = pl.rows, bc = pl.bc, kb = pl.kb;
+  const index R = pl.rows_per_head, bc = pl.bc, qk_keys = pl.qk_keys;
   // Pack scale·Q (row gr = r·R + m) and clear the state.
   for (index r = 0; r < p.kv_heads; ++r)
     for (index m = 0; m < R; ++m) {
@@ -255,10 +247,11 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   const index nvo = pl.dv_pad / W;
   // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
   constexpr bool fp32 = S == storage_type::f32;
-  const cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
+  const cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
                         decode_prefetch_bytes);
-  const cache_stream vs_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
+  const cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
                                decode_prefetch_bytes);
+  const index min_lim = decode_lim(p, pl, 0);  // every row sees the keys below it
   const bool v_in_k = !fp32 || v_inside_k(p);
   const storage_element_t<S>* const k_data = stored_k<S>(p);
   const storage_element_t<S>* const v_data = stored_v<S>(p);
@@ -266,18 +259,18 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
     const index nk = std::min(bc, k_end - j0);
     // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
     const storage_element_t<S>* kp[64];
-    for (index t0 = 0; t0 < nk; t0 += kb) {
+    for (index t0 = 0; t0 < nk; t0 += qk_keys) {
       for (index r = 0; r < p.kv_heads; ++r) {
-        ks.prefetch_share(j0 + t0, std::min(kb, nk - t0), r, p.kv_heads);  // this head's share
-        for (index t = 0; t < kb; ++t)
+        k_stream.prefetch_share(j0 + t0, std::min(qk_keys, nk - t0), r, p.kv_heads);  // this head's share
+        for (index t = 0; t < qk_keys; ++t)
           kp[t] = k_data + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
         index m = 0;
-        for (; m + 4 <= R && kb * 4 <= decode_acc<Arch>; m += 4)
-          decode_qk_dispatch<Arch, S>(4, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
-        for (; m + 2 <= R && kb * 2 <= decode_acc<Arch>; m += 2)
-          decode_qk_dispatch<Arch, S>(2, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+        for (; m + 4 <= R && qk_keys * 4 <= decode_acc<Arch>; m += 4)
+          decode_qk_dispatch<Arch, S>(4, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+        for (; m + 2 <= R && qk_keys * 2 <= decode_acc<Arch>; m += 2)
+          decode_qk_dispatch<Arch, S>(2, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
         for (; m < R; ++m)
-          decode_qk_dispatch<Arch, S>(1, kb, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
+          decode_qk_dispatch<Arch, S>(1, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
       }
     }
     // 2. Online softmax per row along the block (keys past nk or past the row's limit: -inf).
@@ -314,27 +307,28 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
     }
     // 3. O = alpha·O + P·V, token group by token group across all KV heads (row-contiguous
     //    reads of the cache, like the scores; O stays in L1/L2 scratch). alpha applies once, at
-    //    the block's first group.
+    //    the block's first group. Rows of later queries see more keys: on a block crossing the
+    //    diagonal each row takes only its own (pv_accumulate's Masked).
+    const bool diag = j0 + nk > min_lim;
     const index tg = p.kv_heads == 1 ? bc : 8;
     for (index g0 = 0; g0 < nk; g0 += tg) {
       const index ng = std::min(tg, nk - g0);
       for (index r = 0; r < p.kv_heads; ++r) {
-        if (!v_in_k) vs_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
-        index vs = 0;
+        if (!v_in_k) v_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
+        index ldv = 0;
         const float* vt = decode_v_tile<Arch, S>(v_data + (j0 + g0) * p.v_token_stride + r * p.v_head_stride, ng, p, pl,
-                                                 sc.vpack, vs);
+                                                 sc.vpack, ldv);
         for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
           const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
           for (index m = 0; m < R; m += tr::pv_mr) {
             const int mr = int(std::min<index>(tr::pv_mr, R - m));
             const index gr = r * R + m;
-            static_switch<tr::pv_mr>(mr, [&](auto MR) {
-              static_switch<tr::pv_nv>(nv, [&](auto NV) {
-                decode_pv<Arch, decltype(MR)::value, decltype(NV)::value>(sc.s + gr * bc + g0, bc, ng, vt + x0 * W, vs,
-                                                                           sc.o + gr * pl.dv_pad + x0 * W, pl.dv_pad,
-                                                                           g0 == 0 ? sc.alpha + gr : nullptr);
-              });
-            });
+            index vis[tr::pv_mr];
+            const index most =
+                diag ? visible_in_tile(mr, j0 + g0, ng, [&](int k) { return decode_lim(p, pl, m + k); }, vis) : -1;
+            pv_dispatch<Arch, false>(mr, nv, sc.s + gr * bc + g0, bc, most < 0 ? ng : most, vt + x0 * W, ldv,
+                                     sc.o + gr * pl.dv_pad + x0 * W, pl.dv_pad, g0 == 0 ? sc.alpha + gr : nullptr,
+                                     most < 0 ? nullptr : vis);
           }
         }
       }
@@ -347,12 +341,12 @@ template <class Arch, storage_type S>
 inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
   const decode_plan pl = make_decode_plan<Arch>(p, threads);
   const index row_block = pl.dv_pad + 2;
-  const index R = pl.rows;
+  const index R = pl.rows_per_head;
   auto finish = [&](const float* o, index ldo, const float* m, const float* l, index stride_ml) {
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       const index r = gr / R, mm = gr % R;
       const index i = mm / pl.group, h = r * pl.group + mm % pl.group;
-      const softmax_row sr{m[gr * stride_ml], l[gr * stride_ml]};
+      const softmax_row sr{m[gr * stride_ml], l[gr * stride_ml], visible_keys(p, i) > 0};
       if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
       // finish_row works in place on a scratch row: o must be writable scratch.
       finish_row<Arch>(p, const_cast<float*>(o) + gr * ldo, sr.inv_l(), i, h);
@@ -369,8 +363,8 @@ inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
   auto body = [&](index sp) {
     float* base = thread_scratch().get(pl.scratch_floats);
     const decode_scratch sc = carve_decode(base, pl);
-    const index kb = sp * pl.split_len, ke = std::min(pl.max_lim, kb + pl.split_len);
-    decode_range<Arch, S>(p, pl, sc, kb, ke);
+    const index k_begin = sp * pl.split_len, k_end = std::min(pl.max_lim, k_begin + pl.split_len);
+    decode_range<Arch, S>(p, pl, sc, k_begin, k_end);
     float* dst = partials + sp * pl.rows_total * row_block;
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       std::memcpy(dst + gr * row_block, sc.o + gr * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
@@ -390,22 +384,10 @@ inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
   for (index sp = 0; sp < pl.splits; ++sp) body(sp);
 #endif
   // Merge in split order into split 0's blocks, then finish.
+  const index split_stride = pl.rows_total * row_block;
   for (index gr = 0; gr < pl.rows_total; ++gr) {
-    float mall = -std::numeric_limits<float>::infinity();
-    for (index s = 0; s < pl.splits; ++s) mall = std::max(mall, partials[(s * pl.rows_total + gr) * row_block + pl.dv_pad]);
     float* o0 = partials + gr * row_block;
-    const float w0 = softmax_row::weight(o0[pl.dv_pad], mall);
-    float l = w0 * o0[pl.dv_pad + 1];
-    for (index c = 0; c < pl.dv_pad; ++c) o0[c] *= w0;
-    for (index s = 1; s < pl.splits; ++s) {
-      const float* blk = partials + (s * pl.rows_total + gr) * row_block;
-      const float w = softmax_row::weight(blk[pl.dv_pad], mall);
-      if (w == 0.0f) continue;
-      l += w * blk[pl.dv_pad + 1];
-      for (index c = 0; c < pl.dv_pad; ++c) o0[c] += w * blk[c];
-    }
-    o0[pl.dv_pad] = mall;
-    o0[pl.dv_pad + 1] = l;
+    merge_splits(o0, split_stride, pl.splits, pl.dv_pad, o0, o0[pl.dv_pad], o0[pl.dv_pad + 1]);
   }
   finish(partials, row_block, partials + pl.dv_pad, partials + pl.dv_pad + 1, row_block);
 }

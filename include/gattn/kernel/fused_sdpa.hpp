@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -39,6 +38,7 @@
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/decode.hpp"
+#include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
@@ -76,11 +76,11 @@ void fused_sdpa(const sdpa_params& p) {
 
   auto finish_unit = [&](const detail::unit_scratch& sc, index r, index qb) {
     const index i0 = qb * pl.br;
-    const index rows = std::min(pl.br, p.t_q - i0) * pl.group;
-    for (index m = 0; m < rows; ++m) {
+    const index valid_rows = std::min(pl.br, p.t_q - i0) * pl.group;
+    for (index m = 0; m < valid_rows; ++m) {
       const index i = i0 + m / pl.group;
       const index h = r * pl.group + m % pl.group;
-      const softmax_row sr{sc.m[m], sc.l[m]};
+      const softmax_row sr{sc.m[m], sc.l[m], detail::visible_keys(p, i) > 0};
       if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
       detail::finish_row<Arch>(p, sc.o + m * pl.dv_pad, sr.inv_l(), i, h);
     }
@@ -104,8 +104,8 @@ void fused_sdpa(const sdpa_params& p) {
       const index sp = task / pl.units, u = task % pl.units;  // split-major
       index r, qb;
       unit_coords(u, r, qb);
-      const index kb = sp * pl.split_len, ke = std::min(p.t_k, kb + pl.split_len);
-      detail::run_unit<Arch>(p, pl, sc, r, qb, kb, ke);
+      const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
+      detail::run_unit<Arch>(p, pl, sc, r, qb, k_begin, k_end);
       if (pl.splits == 1) finish_unit(sc, r, qb);
       else save_partial(sc, u, sp);
       return;
@@ -115,28 +115,29 @@ void fused_sdpa(const sdpa_params& p) {
     std::vector<detail::unit_info>& info = detail::thread_unit_info();
     info.resize(std::size_t(pl.units));
     auto scratch_of = [&](index u) { return detail::carve(base + std::size_t(u) * pl.scratch_floats, p, pl, tr::block_keys); };
-    const index kb = sp * pl.split_len, ke = std::min(p.t_k, kb + pl.split_len);
-    index kend = kb;
+    const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
+    index k_last = k_begin;  // end of the keys any unit sees in this split
     for (index u = 0; u < pl.units; ++u) {
       index r, qb;
       unit_coords(u, r, qb);
       info[std::size_t(u)] = detail::unit_begin<Arch>(p, pl, scratch_of(u), r, qb);
-      kend = std::max(kend, std::min(ke, info[std::size_t(u)].max_lim));
+      k_last = std::max(k_last, std::min(k_end, info[std::size_t(u)].max_lim));
     }
     constexpr index bc = tr::block_keys;
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
-    detail::cache_stream ks(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, kend, 0);
-    detail::cache_stream vs(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, kend, 0);
-    ks.ahead = vs.ahead = bc;
+    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_last, 0);
+    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_last, 0);
+    k_stream.ahead = v_stream.ahead = bc;
     const bool v_in_k = detail::v_inside_k(p);
-    ks.prefetch_share(kb - bc, bc, 0, 1);
-    if (!v_in_k) vs.prefetch_share(kb - bc, bc, 0, 1);
-    for (index j0 = kb; j0 < kend; j0 += bc) {
+    k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
+    if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
+    for (index j0 = k_begin; j0 < k_last; j0 += bc) {
       for (index u = 0; u < pl.units; ++u) {
-        ks.prefetch_share(j0, bc, u, pl.units);
-        if (!v_in_k) vs.prefetch_share(j0, bc, u, pl.units);
-        const index ke_u = std::min(ke, info[std::size_t(u)].max_lim);
-        if (j0 < ke_u) detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, ke_u - j0));
+        k_stream.prefetch_share(j0, bc, u, pl.units);
+        if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
+        const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
+        if (j0 < k_end_u)
+          detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
       }
     }
     for (index u = 0; u < pl.units; ++u) {
@@ -147,30 +148,16 @@ void fused_sdpa(const sdpa_params& p) {
     }
   };
 
-  // Merge of the split partial states of one unit: M = max m_s, O = Σ w_s O_s, l = Σ w_s l_s with
-  // w_s = exp(m_s - M) (0 for an empty split), in split order (deterministic).
+  // The split partial states of one unit merged row by row (merge_splits), then its epilogue.
   auto merge_unit = [&](index u) {
     float* base = detail::thread_scratch().get(pl.scratch_floats);
     const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
     index r, qb;
     unit_coords(u, r, qb);
     const float* part = partials + u * pl.splits * pl.rows_pad * row_block;
-    for (index m = 0; m < pl.rows_pad; ++m) {
-      float mall = -std::numeric_limits<float>::infinity();
-      for (index s = 0; s < pl.splits; ++s) mall = std::max(mall, part[(s * pl.rows_pad + m) * row_block + pl.dv_pad]);
-      float* o = sc.o + m * pl.dv_pad;
-      std::fill(o, o + pl.dv_pad, 0.0f);
-      float l = 0.0f;
-      for (index s = 0; s < pl.splits; ++s) {
-        const float* blk = part + (s * pl.rows_pad + m) * row_block;
-        const float w = softmax_row::weight(blk[pl.dv_pad], mall);
-        if (w == 0.0f) continue;
-        l += w * blk[pl.dv_pad + 1];
-        for (index c = 0; c < pl.dv_pad; ++c) o[c] += w * blk[c];
-      }
-      sc.m[m] = mall;
-      sc.l[m] = l;
-    }
+    for (index m = 0; m < pl.rows_pad; ++m)
+      merge_splits(part + m * row_block, pl.rows_pad * row_block, pl.splits, pl.dv_pad, sc.o + m * pl.dv_pad, sc.m[m],
+                   sc.l[m]);
     finish_unit(sc, r, qb);
   };
 

@@ -21,10 +21,10 @@ struct kernel_traits {
   /// Target query rows per work unit (G heads x Br queries, stacked).
   static constexpr index target_rows = width >= 16 ? 64 : (width == 1 ? 16 : 32);
   /// S^T = K·Qᵀ microkernel: qk_mr keys x qk_nv vectors of query rows.
-  static constexpr int qk_mr = big_regfile ? 6 : (width == 1 ? 4 : 4);
+  static constexpr int qk_mr = big_regfile ? 6 : 4;
   static constexpr int qk_nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
   /// O += P·V microkernel: pv_mr query rows x pv_nv vectors of channels.
-  static constexpr int pv_mr = big_regfile ? 6 : (width == 1 ? 4 : 4);
+  static constexpr int pv_mr = big_regfile ? 6 : 4;
   static constexpr int pv_nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
   /// Minimum keys per split in split-KV (flash-decoding) mode.
   static constexpr index min_split_keys = 256;

@@ -1,11 +1,14 @@
 // Register-blocked microkernels of the prefill path: Sᵀ = K·Qt and O = alpha·O + P·V.
 #pragma once
 
+#include <algorithm>
+
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
+#include "gattn/kernel/scratch.hpp"
 #include "gattn/simd/simd.hpp"
 
 namespace gattn {
@@ -13,7 +16,7 @@ namespace detail {
 
 /// Sᵀ[j][v·W..] = Σ_c K[j][c] · Qt[c][v·W..] for MR keys × NV row vectors.
 template <class Arch, int MR, int NV>
-inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index d, float* st, index lds) {
+inline void qk_micro(const float* k, index ldk, const float* qt, index ldq, index d, float* st, index lds) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
   B acc[MR][NV];
@@ -27,9 +30,9 @@ inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index
     for (int v = 0; v < NV; ++v) qv[v] = simd::load_reg<Arch>(qt + c * ldq + v * W);
 #pragma GCC unroll 8
     for (int j = 0; j < MR; ++j) {
-      const B kb = simd::broadcast<Arch>(k[j * ks + c]);
+      const B kj = simd::broadcast<Arch>(k[j * ldk + c]);
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(kb, qv[v], acc[j][v]);
+      for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(kj, qv[v], acc[j][v]);
     }
   }
 #pragma GCC unroll 8
@@ -42,22 +45,28 @@ inline void qk_micro(const float* k, index ks, const float* qt, index ldq, index
 /// P(m, j) = p[j·ldp + m] when KeyMajor (the prefill path's Pᵀ) or p[m·ldp + j] (decode's P);
 /// alpha = nullptr: O += P·V. The tile's sum starts from 0 and is added to alpha·O at the end
 /// (blocked summation: the rounding error grows with Bc + T/Bc instead of T).
-template <class Arch, int MR, int NV, bool KeyMajor>
-inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, index vs, float* o, index ldo,
-                          const float* alpha) {
+/// Masked (tiles on the causal diagonal): row m takes keys j < vis[m] only. A masked key's p is 0,
+/// but 0·V[j] is NaN when V[j] is NaN or Inf, so it must not be multiplied at all.
+template <class Arch, int MR, int NV, bool KeyMajor, bool Masked>
+inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, index ldv, float* o, index ldo,
+                          const float* alpha, const index* vis) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
   B acc[MR][NV];
+  index lim[MR];
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
+  for (int m = 0; m < MR; ++m) {
+    lim[m] = Masked ? vis[m] : nk;
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) acc[m][x] = B(0.0f);
+  }
   for (index j = 0; j < nk; ++j) {
     B vv[NV];
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * vs + x * W);
+    for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * ldv + x * W);
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
+      if (Masked && j >= lim[m]) continue;
       const B pb = simd::broadcast<Arch>(KeyMajor ? p[j * ldp + m] : p[m * ldp + j]);
 #pragma GCC unroll 8
       for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(pb, vv[x], acc[m][x]);
@@ -72,11 +81,34 @@ inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, i
   }
 }
 
-/// The prefill path's P·V: P stored transposed, Pᵀ[j][m].
-template <class Arch, int MR, int NV>
-inline void pv_micro(const float* pt, index ldp, index nk, const float* v, index vs, float* o, index ldo,
-                     const float* alpha) {
-  pv_accumulate<Arch, MR, NV, true>(pt, ldp, nk, v, vs, o, ldo, alpha);
+/// Visible keys of rows [m, m + mr) of a P·V call over keys [j0, j0 + nk), lim(m) = the row's
+/// visible-key count: writes vis[] and returns the largest, or -1 when every row sees all nk keys
+/// (the unmasked microkernel then applies).
+template <class Lim>
+inline index visible_in_tile(int mr, index j0, index nk, Lim&& lim, index* vis) {
+  index most = 0;
+  bool all = true;
+  for (int r = 0; r < mr; ++r) {
+    vis[r] = std::clamp<index>(lim(r) - j0, 0, nk);
+    most = std::max(most, vis[r]);
+    all = all && vis[r] == nk;
+  }
+  return all ? -1 : most;
+}
+
+/// Runs the P·V microkernel for MR rows × NV vectors (runtime mr, nv), masked when vis != nullptr
+/// (nk then the largest vis).
+template <class Arch, bool KeyMajor>
+inline void pv_dispatch(int mr, int nv, const float* p, index ldp, index nk, const float* v, index ldv, float* o,
+                        index ldo, const float* alpha, const index* vis) {
+  using tr = kernel_traits<Arch>;
+  static_switch<tr::pv_mr>(mr, [&](auto MR) {
+    static_switch<tr::pv_nv>(nv, [&](auto NV) {
+      constexpr int R = decltype(MR)::value, N = decltype(NV)::value;
+      if (vis) pv_accumulate<Arch, R, N, KeyMajor, true>(p, ldp, nk, v, ldv, o, ldo, alpha, vis);
+      else pv_accumulate<Arch, R, N, KeyMajor, false>(p, ldp, nk, v, ldv, o, ldo, alpha, nullptr);
+    });
+  });
 }
 
 }  // namespace detail

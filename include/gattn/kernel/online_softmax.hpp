@@ -1,10 +1,13 @@
 // Online (streaming) softmax state for W query rows at once: running max m and sum l, with the
-// rescale / accumulate / finalize / merge steps of flash attention, and their numerical guards.
+// rescale / accumulate / end-tile steps of flash attention, the merge of split-KV partial states,
+// and their numerical guards.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "gattn/core/types.hpp"
 #include "gattn/simd/simd.hpp"
 
 namespace gattn {
@@ -47,15 +50,16 @@ struct online_softmax_state {
   /// Ends a tile: l = alpha·l + tile_sum. Summing per tile first (like O, see fused_sdpa.hpp)
   /// makes the rounding error grow with the tile length plus the tile count, not the key count.
   void end_tile(const B& alpha, const B& tile_sum) noexcept { l = simd::fma(l, alpha, tile_sum); }
-
-  /// 1/l, or 0 for a row that saw no key (l = 0): its output is exactly 0, not 0/0.
-  B inv_l() const noexcept { return simd::select(l > B(0.0f), B(1.0f) / l, B(0.0f)); }
 };
 
-/// Scalar helpers for one row's (m, l), used by the split-KV merge and the lse output.
+/// One row's final (m, l), and whether the row sees any key (from positions: visible_keys).
+/// Only a row without keys has output exactly 0 and lse -inf. A row with keys whose l is 0 or
+/// NaN (every score -inf or +inf after an fp32 overflow, or NaN) gets 1/l = inf or NaN: its
+/// output is not finite, never a finite wrong row (SPEC §2.6).
 struct softmax_row {
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;
+  bool has_keys = false;
 
   /// Weight of a partial state with max `m_part` inside the merged state of max `m_all`:
   /// exp(m_part - m_all), 0 for an empty partial (m_part = -inf; guards -inf - -inf).
@@ -63,11 +67,33 @@ struct softmax_row {
     if (m_part == -std::numeric_limits<float>::infinity()) return 0.0f;
     return std::exp(m_part - m_all);
   }
-  /// Natural-log log-sum-exp of the row's scaled scores: m + log(l); -inf when l = 0.
-  float lse() const noexcept {
-    return l > 0.0f ? m + std::log(l) : -std::numeric_limits<float>::infinity();
-  }
-  float inv_l() const noexcept { return l > 0.0f ? 1.0f / l : 0.0f; }
+  /// Natural-log log-sum-exp of the row's scaled scores: m + log(l); -inf without keys.
+  float lse() const noexcept { return has_keys ? m + std::log(l) : -std::numeric_limits<float>::infinity(); }
+  float inv_l() const noexcept { return has_keys ? 1.0f / l : 0.0f; }
 };
+
+/// The merge step of split-KV (flash-decoding): one row's partial states over `splits` key
+/// splits, split s at part + s·stride as (O_s[0, dv), m_s, l_s), into M = max m_s,
+/// O = Σ w_s O_s and l = Σ w_s l_s with w_s = exp(m_s - M), in split order (deterministic). A split
+/// of weight 0 (none of the row's keys in it, or a negligible one) is skipped, not multiplied by 0:
+/// its O may hold masked values (0·NaN). `o` may be O_0 itself (in-place merge into split 0).
+inline void merge_splits(const float* part, index stride, index splits, index dv, float* o, float& m_out,
+                         float& l_out) noexcept {
+  float m_all = -std::numeric_limits<float>::infinity();
+  for (index s = 0; s < splits; ++s) m_all = std::max(m_all, part[s * stride + dv]);
+  float l = 0.0f;
+  for (index s = 0; s < splits; ++s) {
+    const float* blk = part + s * stride;
+    const float w = softmax_row::weight(blk[dv], m_all);
+    if (s == 0) {
+      for (index c = 0; c < dv; ++c) o[c] = w == 0.0f ? 0.0f : w * blk[c];
+    } else if (w != 0.0f) {
+      for (index c = 0; c < dv; ++c) o[c] += w * blk[c];
+    }
+    if (w != 0.0f) l += w * blk[dv + 1];
+  }
+  m_out = m_all;
+  l_out = l;
+}
 
 }  // namespace gattn

@@ -29,13 +29,13 @@ inline bool v_inside_k(const sdpa_params& p) {
   return p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride;
 }
 
-/// Copies n V rows (stride vs) into `pack` as rows of dv_pad floats, zero-padded past d_v, so the
+/// Copies n V rows (stride ldv) into `pack` as rows of dv_pad floats, zero-padded past d_v, so the
 /// P·V microkernel can read whole vectors; returns `pack` and sets `pack_stride` = dv_pad.
-inline const float* pack_v_tile(const float* v, index vs, index n, index d_v, index dv_pad, float* pack,
+inline const float* pack_v_tile(const float* v, index ldv, index n, index d_v, index dv_pad, float* pack,
                                 index& pack_stride) {
   for (index j = 0; j < n; ++j) {
     float* dst = pack + j * dv_pad;
-    std::memcpy(dst, v + j * vs, sizeof(float) * std::size_t(d_v));
+    std::memcpy(dst, v + j * ldv, sizeof(float) * std::size_t(d_v));
     std::fill(dst + d_v, dst + dv_pad, 0.0f);
   }
   pack_stride = dv_pad;
@@ -44,7 +44,7 @@ inline const float* pack_v_tile(const float* v, index vs, index n, index d_v, in
 
 /// What unit_begin learns about a unit: its valid rows and the range of visible-key counts.
 struct unit_info {
-  index r = 0, rows = 0, min_lim = 0, max_lim = 0;
+  index r = 0, valid_rows = 0, min_lim = 0, max_lim = 0;
 };
 
 /// Starts a work unit: packs scale·Qᵀ and the per-row visible-key limits (padding rows are zeros
@@ -53,16 +53,16 @@ template <class Arch>
 inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb) {
   const index ldq = pl.rows_pad;
   const index i0 = qb * pl.br;
-  const index rows = std::min(pl.br, p.t_q - i0) * pl.group;  // valid rows of this unit
+  const index valid_rows = std::min(pl.br, p.t_q - i0) * pl.group;
   const float ninf = -std::numeric_limits<float>::infinity();
   index min_lim = p.t_k, max_lim = 0;
   for (index m = 0; m < pl.rows_pad; ++m) {
-    if (m < rows) {
+    if (m < valid_rows) {
       const index i = i0 + m / pl.group;
       const index h = r * pl.group + m % pl.group;
       const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
       for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = qrow[c] * p.scale;
-      const index lim = p.causal ? std::clamp<index>(i + pl.offset + 1, 0, p.t_k) : p.t_k;
+      const index lim = visible_keys(p, i);
       sc.lim[m] = float(lim);
       min_lim = std::min(min_lim, lim);
       max_lim = std::max(max_lim, lim);
@@ -74,7 +74,7 @@ inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const uni
     sc.l[m] = 0.0f;
   }
   std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
-  return {r, rows, min_lim, max_lim};
+  return {r, valid_rows, min_lim, max_lim};
 }
 
 /// One key tile [j0, j0 + nk) of a unit: Sᵀ = K·Qt, online softmax, O = alpha·O + P·V.
@@ -85,7 +85,7 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
   using B = simd::batch<float, Arch>;
   constexpr index W = tr::width;
   const index ldq = pl.rows_pad;
-  const index r = ui.r, rows = ui.rows, min_lim = ui.min_lim;
+  const index r = ui.r, valid_rows = ui.valid_rows, min_lim = ui.min_lim;
   const float ninf = -std::numeric_limits<float>::infinity();
   const index nvq = pl.rows_pad / W;
   {
@@ -133,22 +133,19 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
       simd::store(sc.l + v0 * W, st.l);
       simd::store(sc.alpha + v0 * W, alpha);
     }
-    // 3. O = alpha·O + P·V_tile
+    // 3. O = alpha·O + P·V_tile; on a diagonal tile each row takes only its visible keys.
     const float* vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
-    index vs = p.v_token_stride;
-    if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, vs);
+    index ldv = p.v_token_stride;
+    if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
     const index nvo = pl.dv_pad / W;
     for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
       const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
-      for (index m = 0; m < rows; m += tr::pv_mr) {
-        const int mr = int(std::min<index>(tr::pv_mr, rows - m));
-        static_switch<tr::pv_mr>(mr, [&](auto MR) {
-          static_switch<tr::pv_nv>(nv, [&](auto NV) {
-            pv_micro<Arch, decltype(MR)::value, decltype(NV)::value>(sc.st + m, ldq, nk, vt + x0 * W, vs,
-                                                                      sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad,
-                                                                      sc.alpha + m);
-          });
-        });
+      for (index m = 0; m < valid_rows; m += tr::pv_mr) {
+        const int mr = int(std::min<index>(tr::pv_mr, valid_rows - m));
+        index vis[tr::pv_mr];
+        const index most = diag ? visible_in_tile(mr, j0, nk, [&](int k) { return index(sc.lim[m + k]); }, vis) : -1;
+        pv_dispatch<Arch, true>(mr, nv, sc.st + m, ldq, most < 0 ? nk : most, vt + x0 * W, ldv,
+                                sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad, sc.alpha + m, most < 0 ? nullptr : vis);
       }
     }
   }
@@ -169,7 +166,7 @@ inline void prefetch_gate_rows(const sdpa_params& p, const sdpa_plan& pl, index 
 }
 
 /// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
-/// scratch (rows < pl.rows are meaningful).
+/// scratch (its first unit_info::valid_rows rows are meaningful).
 template <class Arch>
 inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
                      index k_begin, index k_end) {
@@ -183,7 +180,7 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
   index tile = 0, prefetched = 0;
   for (index j0 = k_begin; j0 < kend; j0 += bc, ++tile) {
     if (tile >= tiles - window) {
-      const index upto = ui.rows * (tile - (tiles - window) + 1) / window;
+      const index upto = ui.valid_rows * (tile - (tiles - window) + 1) / window;
       prefetch_gate_rows(p, pl, r, qb, prefetched, upto);
       prefetched = upto;
     }

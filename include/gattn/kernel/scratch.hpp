@@ -62,14 +62,13 @@ inline index round_up(index x, index m) { return (x + m - 1) / m * m; }
 struct sdpa_plan {
   index group = 1;      // G
   index br = 1;         // queries per unit
-  index rows = 1;       // G·br
+  index unit_rows = 1;  // G·br, the rows of a full unit
   index rows_pad = 1;   // rounded up to W
   index dv_pad = 1;     // d_v rounded up to W
   index q_blocks = 0;   // ceil(t_q / br)
   index units = 0;      // kv_heads · q_blocks
   index splits = 1;     // key splits per unit (flash-decoding)
   index split_len = 0;  // keys per split (multiple of Bc)
-  index offset = 0;     // t_k - t_q (causal alignment)
   bool pack_v = false;
   bool interleave = false;  // decode: a task runs every unit over its key split, tile by tile
   std::size_t scratch_floats = 0;
@@ -82,12 +81,11 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.group = p.q_heads / p.kv_heads;
   pl.br = std::max<index>(1, tr::target_rows / pl.group);
   pl.br = std::min<index>(pl.br, std::max<index>(1, p.t_q));
-  pl.rows = pl.group * pl.br;
-  pl.rows_pad = round_up(pl.rows, tr::width);
+  pl.unit_rows = pl.group * pl.br;
+  pl.rows_pad = round_up(pl.unit_rows, tr::width);
   pl.dv_pad = round_up(p.d_v, tr::width);
   pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
   pl.units = p.kv_heads * pl.q_blocks;
-  pl.offset = p.t_k - p.t_q;
   pl.pack_v = (p.d_v % tr::width) != 0;
   // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
   // units. One head's rows are a page apart in a [T, H_kv, D] cache, so a task runs *every* unit
@@ -96,7 +94,7 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   // Prefill with few units and many threads: split the keys only to feed the threads.
   pl.splits = 1;
   pl.split_len = std::max<index>(p.t_k, 1);
-  pl.interleave = pl.rows <= 2 * tr::width;
+  pl.interleave = pl.unit_rows <= 2 * tr::width;
   index want = 1;
   if (pl.interleave) want = threads > 1 ? 2 * threads : 1;
   else if (threads > 1 && pl.units < 2 * threads) want = (2 * threads + pl.units - 1) / pl.units;

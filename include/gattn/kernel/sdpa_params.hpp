@@ -1,6 +1,7 @@
 // The fused kernel's interface: one attention problem over strided views, its epilogue, validation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "gattn/core/config.hpp"
@@ -47,6 +48,13 @@ struct sdpa_params {
 };
 
 namespace detail {
+
+/// Number of keys query i sees: all t_k, or the bottom-right causal limit i + (t_k - t_q) + 1
+/// clamped to [0, t_k]. Whether a row has a key at all is decided here, from positions only:
+/// never from its scores (an overflowed or -inf score is still a key; SPEC §2.6).
+inline index visible_keys(const sdpa_params& p, index i) {
+  return p.causal ? std::clamp<index>(i + (p.t_k - p.t_q) + 1, 0, p.t_k) : p.t_k;
+}
 
 /// Throws shape_error naming the field when the parameters cannot describe a valid problem.
 inline void validate(const sdpa_params& p) {

@@ -184,14 +184,6 @@ inline float hmax(const B& a) noexcept {
   for (std::size_t i = 1; i < B::size; ++i) m = std::max(m, tmp[i]);
   return m;
 }
-template <class T>
-inline scalar_batch<T> sqrt(scalar_batch<T> a) noexcept { return std::sqrt(a.v); }
-template <class T, class A>
-inline xsimd::batch<T, A> sqrt(const xsimd::batch<T, A>& a) noexcept { return xsimd::sqrt(a); }
-template <class T>
-inline scalar_bool isnan(scalar_batch<T> a) noexcept { return {std::isnan(a.v)}; }
-template <class T, class A>
-inline xsimd::batch_bool<T, A> isnan(const xsimd::batch<T, A>& a) noexcept { return xsimd::isnan(a); }
 
 /// Accurate exp (xsimd::exp / std::exp): overflow to +inf, -inf -> 0, NaN -> NaN; results below
 /// FLT_MIN may flush to 0. Used by the activations, where accuracy at the edges matters.
@@ -249,9 +241,5 @@ inline B exp_nonpositive(const B& x) noexcept {
     return p * xsimd::bitwise_cast<B>(e);
   }
 }
-
-/// Lane count of a batch type.
-template <class B>
-inline constexpr std::size_t size_of = B::size;
 
 }  // namespace gattn::simd
