@@ -12,6 +12,9 @@
 // GQA, the latent rows once for M1), so the variants compare at equal work.
 // GQA decode shapes also run g1_elementwise_head_major: the same caches viewed as [H_kv, T, D].
 // Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3).
+// D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16: caches stored as
+// bf16/f16 (the fp32 values rounded), read through sdpa_params::kv_type/k_bits/v_bits with exact
+// numerics; their GBps counts the 2-byte values actually read, and twice as many caches rotate.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
@@ -139,14 +142,17 @@ struct unfused_mla {
   }
 };
 
-double work(const shape& s) {
-  return s.decode ? s.cache_bytes()  // bytes of the cache (K and V; the latent rows once for MLA)
+/// Decode: bytes of the cache as stored (K and V; the latent rows once for MLA; 2 per value for
+/// bf16/f16, the bytes actually read). Prefill: FLOPs.
+double work(const shape& s, gattn::storage_type kv) {
+  return s.decode ? s.cache_bytes(gattn_bench::value_bytes(kv))
                   : 4.0 * double(s.t_q) * double(s.t_k) * double(s.d) * double(s.hq) / 2.0;
 }
 
 void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) {
   Eigen::setNbThreads(1);
-  inputs& in = gattn_bench::shared_inputs(s);  // the largest inputs are reused across benchmarks
+  const gattn::storage_type kv = gattn_bench::variant_storage(variant);
+  inputs& in = gattn_bench::shared_inputs(s, kv);  // the largest inputs are reused across benchmarks
   std::unique_ptr<unfused> base;
   std::unique_ptr<unfused_mla> base_mla;
   if (variant == "unfused") {
@@ -162,7 +168,7 @@ void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) 
     benchmark::ClobberMemory();
     c = (c + 1) % in.caches;
   }
-  const double w = work(s);
+  const double w = work(s, kv);
   if (s.decode) st.counters["GBps"] = benchmark::Counter(w / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   else st.counters["GFLOPS"] = benchmark::Counter(w / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -263,6 +269,16 @@ int register_all() {
         benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, std::string(variant), t)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
       }
+  // Low-precision caches (SPEC §10, exact numerics: the decode path widens K/V to fp32): D1 in bf16
+  // and f16, M1 (V inside K, one latent head) in bf16; fp32's rounded values, same gate.
+  for (const char* name : {"D1/g1_elementwise_bf16", "D1/g1_elementwise_f16", "M1/g1_elementwise_bf16"})
+    for (int t : {1, 2}) {
+      const std::string full(name);
+      const shape& s = *gattn_bench::find_shape(full.substr(0, full.find('/')).c_str());
+      benchmark::RegisterBenchmark(("kernel/" + full + "/t:" + std::to_string(t)).c_str(), bm_kernel, s,
+                                   full.substr(full.find('/') + 1), t)
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
+    }
   for (const shape& s : k_shapes)
     if (s.decode && !s.mla)
       for (int t : {1, 2}) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
+#include "gattn/simd/convert.hpp"
 
 namespace gattn_bench {
 
@@ -28,8 +30,9 @@ struct shape {
   index d_v = 0;      // 0 = d
   bool mla = false;   // latent cache: v aliases the first d_v channels of k
   index dv() const { return d_v ? d_v : d; }
-  double cache_bytes() const {
-    return double(t_k) * double(hkv) * 4.0 * (mla ? double(d) : double(d + dv()));
+  /// Bytes of one cache stored with `bytes_per_value`-byte elements (4 fp32, 2 bf16/f16).
+  double cache_bytes(double bytes_per_value = 4.0) const {
+    return double(t_k) * double(hkv) * bytes_per_value * (mla ? double(d) : double(d + dv()));
   }
 };
 
@@ -48,6 +51,24 @@ inline const shape* find_shape(const char* name) {
   return nullptr;
 }
 
+/// Bytes per cache value of a storage type.
+inline double value_bytes(gattn::storage_type t) { return t == gattn::storage_type::f32 ? 4.0 : 2.0; }
+
+/// The storage type a kernel variant reads its caches as: `<variant>_bf16`, `<variant>_f16`, else f32.
+inline gattn::storage_type variant_storage(const std::string& variant) {
+  const auto ends = [&](const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return variant.size() >= n && variant.compare(variant.size() - n, n, suffix) == 0;
+  };
+  return ends("_bf16") ? gattn::storage_type::bf16 : ends("_f16") ? gattn::storage_type::f16 : gattn::storage_type::f32;
+}
+
+/// The variant without its storage suffix (`g1_elementwise_bf16` -> `g1_elementwise`).
+inline std::string variant_base(const std::string& variant) {
+  const gattn::storage_type t = variant_storage(variant);
+  return t == gattn::storage_type::f32 ? variant : variant.substr(0, variant.size() - (t == gattn::storage_type::bf16 ? 5 : 4));
+}
+
 template <class Vec>
 void fill(Vec& v, unsigned seed) {
   std::mt19937 g(seed);
@@ -57,14 +78,18 @@ void fill(Vec& v, unsigned seed) {
 
 /// Inputs of one shape; decode shapes hold enough independent caches (at least two) that their total
 /// reaches 128 MiB (4x the 32 MiB L3; BENCH.md asks for more than 64 MiB), so every call streams its K/V from memory.
+/// With a bf16/f16 `kv` the caches hold the fp32 caches' values (same seeds) rounded to that type,
+/// in k_bits/v_bits, and twice as many of them reach the same 128 MiB (both read cold memory).
 struct inputs {
   shape s;
+  gattn::storage_type kv = gattn::storage_type::f32;
   index caches = 1;
   std::vector<float> q, u_elem, u_head, out;
   // Caches allocated as gattn::kv_cache allocates them (huge-page backed, core/memory.hpp).
   std::vector<gattn::streamed_vector<float>> k, v;
-  explicit inputs(const shape& sh) : s(sh) {
-    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / s.cache_bytes())) : 1;
+  std::vector<gattn::streamed_vector<std::uint16_t>> k_bits, v_bits;  // kv = bf16 / f16
+  explicit inputs(const shape& sh, gattn::storage_type kv_type = gattn::storage_type::f32) : s(sh), kv(kv_type) {
+    caches = s.decode ? index(std::ceil(2.0 * 64.0 * 1024 * 1024 / s.cache_bytes(value_bytes(kv)))) : 1;
     caches = std::max<index>(caches, s.decode ? 2 : 1);
     q.resize(std::size_t(s.t_q * s.hq * s.d));
     fill(q, 1);
@@ -74,24 +99,45 @@ struct inputs {
     fill(u_head, 3);
     out.resize(std::size_t(s.t_q * s.hq * s.dv()));
     for (index c = 0; c < caches; ++c) {
-      k.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
-      fill(k.back(), unsigned(10 + 2 * c));
-      if (!s.mla) {
-        v.emplace_back(std::size_t(s.t_k * s.hkv * s.dv()));
-        fill(v.back(), unsigned(11 + 2 * c));
+      if (kv == gattn::storage_type::f32) {
+        k.emplace_back(std::size_t(s.t_k * s.hkv * s.d));
+        fill(k.back(), unsigned(10 + 2 * c));
+        if (!s.mla) {
+          v.emplace_back(std::size_t(s.t_k * s.hkv * s.dv()));
+          fill(v.back(), unsigned(11 + 2 * c));
+        }
+      } else {
+        k_bits.push_back(rounded(std::size_t(s.t_k * s.hkv * s.d), unsigned(10 + 2 * c)));
+        if (!s.mla) v_bits.push_back(rounded(std::size_t(s.t_k * s.hkv * s.dv()), unsigned(11 + 2 * c)));
       }
     }
   }
-  gattn::sdpa_params params(index c, const std::string& variant, int threads) {
+  /// n random values (seed as the fp32 cache's) rounded to kv.
+  gattn::streamed_vector<std::uint16_t> rounded(std::size_t n, unsigned seed) const {
+    std::vector<float> x(n);
+    fill(x, seed);
+    gattn::streamed_vector<std::uint16_t> out(n);
+    if (kv == gattn::storage_type::bf16) gattn::simd::narrow_bf16(x.data(), out.data(), gattn::index(n));
+    else gattn::simd::narrow_f16(x.data(), out.data(), gattn::index(n));
+    return out;
+  }
+  /// Parameters of `variant` (its storage suffix, if any, must match kv) on cache c.
+  gattn::sdpa_params params(index c, const std::string& full_variant, int threads) {
+    const std::string variant = variant_base(full_variant);
     gattn::sdpa_params p;
     const index dv = s.dv();
     p.t_q = s.t_q; p.t_k = s.t_k; p.q_heads = s.hq; p.kv_heads = s.hkv; p.d_qk = s.d; p.d_v = dv;
     p.q = q.data(); p.q_token_stride = s.hq * s.d; p.q_head_stride = s.d;
-    p.k = k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.mla ? 0 : s.d;
+    p.k = k.empty() ? nullptr : k[std::size_t(c)].data(); p.k_token_stride = s.hkv * s.d; p.k_head_stride = s.mla ? 0 : s.d;
     if (s.mla) {
       p.v = p.k; p.v_token_stride = p.k_token_stride; p.v_head_stride = 0;
     } else {
-      p.v = v[std::size_t(c)].data(); p.v_token_stride = s.hkv * dv; p.v_head_stride = dv;
+      p.v = v.empty() ? nullptr : v[std::size_t(c)].data(); p.v_token_stride = s.hkv * dv; p.v_head_stride = dv;
+    }
+    if (kv != gattn::storage_type::f32) {  // strides in elements, as for fp32; k and v stay null
+      p.kv_type = kv;
+      p.k_bits = k_bits[std::size_t(c)].data();
+      p.v_bits = s.mla ? p.k_bits : v_bits[std::size_t(c)].data();
     }
     if (variant == head_major) {  // the same buffers read as [H_kv, T, D] (Hugging Face's layout)
       p.k_token_stride = s.d; p.k_head_stride = s.t_k * s.d;
@@ -115,15 +161,23 @@ struct inputs {
   }
 };
 
-/// The inputs of shape `s`, built once and kept until another shape asks (the largest inputs are
-/// reused across benchmarks; one instance for the whole executable).
-inline inputs& shared_inputs(const shape& s) {
-  static std::unique_ptr<inputs> cached;
-  if (!cached || std::strcmp(cached->s.name, s.name) != 0) {
-    cached.reset();
-    cached = std::make_unique<inputs>(s);
+/// The inputs of shape `s` with caches of type `kv`, built once and kept. Decode inputs (about
+/// 128 MiB each) are kept per (shape, type), so an interleaved run of D1/M1 in fp32, bf16 and f16
+/// does not rebuild them on every switch; one prefill input is kept at a time (P2's are large).
+inline inputs& shared_inputs(const shape& s, gattn::storage_type kv = gattn::storage_type::f32) {
+  static std::unique_ptr<inputs> prefill;
+  static std::vector<std::unique_ptr<inputs>> decode;
+  if (s.decode) {
+    for (auto& in : decode)
+      if (std::strcmp(in->s.name, s.name) == 0 && in->kv == kv) return *in;
+    decode.push_back(std::make_unique<inputs>(s, kv));
+    return *decode.back();
   }
-  return *cached;
+  if (!prefill || std::strcmp(prefill->s.name, s.name) != 0 || prefill->kv != kv) {
+    prefill.reset();
+    prefill = std::make_unique<inputs>(s, kv);
+  }
+  return *prefill;
 }
 
 }  // namespace gattn_bench

@@ -104,6 +104,14 @@ def main():
               lambda t: m1_flop / (get(f"kernel/M1/g1_elementwise/t:{t}", "ms") * 1e6) / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     ratio_row("M1 best possible GB/s at limits/fma / limits/read",
               lambda t: get(f"limits/fma/t:{t}", "GFLOPS") * 1e9 / m1_flop * 8192 * 576 * 4 / 1e9 / get(f"limits/read/t:{t}", "GBps"), "")
+    # SPEC §10 low-precision caches (exact numerics): time against the fp32 cache of the same shape.
+    def lp_time(shape, dtype, t):
+        return get(f"kernel/{shape}/g1_elementwise_{dtype}/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms")
+    ratio_row("D1 bf16 / D1 fp32 time", lambda t: lp_time("D1", "bf16", t), "≤ 0.55")
+    ratio_row("D1 f16 / D1 fp32 time", lambda t: lp_time("D1", "f16", t), "≤ 0.55")
+    ratio_row("M1 bf16 / M1 fp32 time (exact numerics)", lambda t: lp_time("M1", "bf16", t), "≤ 0.9")
+    ratio_row("D1 bf16 GB/s (bytes read) / limits/read",
+              lambda t: get(f"kernel/D1/g1_elementwise_bf16/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "")
     for shape in ("P1", "P2"):
         ratio_row(f"{shape} 2-thread speed-up (gated)",
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
