@@ -3,7 +3,7 @@
 //   gattn run  --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]
 //              [--layer N] [--prefix P] [--decode-from K] [--stats S.json] [--check [--tol R]]
 //              [--reference] [--mla-form F] [--kv-dtype T] [--kv-numerics M] [--quiet]
-//   gattn cost --config C.json [--layers L] [--context N] [--tokens N]
+//   gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]
 //   gattn info [--weights W.safetensors]
 //   gattn --version | gattn --help | gattn <command> --help
 //
@@ -68,16 +68,19 @@ const char* const run_help =
     "  --quiet              no summary line on stderr\n";
 
 const char* const cost_help =
-    "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N]\n"
-    "  Prints parameters per projection, gate parameters x layers (the paper's Table 1), FLOPs per token\n"
-    "  at N keys of context, KV-cache bytes per token and gate activation bytes for N tokens.\n"
-    "  --layers L   layers to count (default: the config's gattn layers when it says which, else 1)\n"
-    "  --context N  keys of context for FLOPs per token (default 4096)\n"
-    "  --tokens N   tokens of one sequence for activation bytes (default 4096)\n";
+    "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]\n"
+    "  Prints parameters per projection, gate parameters x layers (the paper's Table 1), weight bytes,\n"
+    "  FLOPs per token at N keys of context, KV-cache bytes per token and gate activation bytes for N tokens.\n"
+    "  --layers L         layers to count (default: the config's gattn layers when it says which, else 1)\n"
+    "  --context N        keys of context for FLOPs per token (default 4096)\n"
+    "  --tokens N         tokens of one sequence for activation bytes (default 4096)\n"
+    "  --weight-dtype T   weight element type f32, bf16 or f16 for the weight bytes (default f32)\n"
+    "  --kv-dtype T       KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n";
 
 const char* const info_help =
     "usage: gattn info [--weights W.safetensors]\n"
-    "  Prints the version, the SIMD arch and the threads; with --weights, the file's tensors and metadata.\n";
+    "  Prints the version, the SIMD arch, the CPU features the build uses and this CPU has, and the\n"
+    "  threads; with --weights, the file's tensors and metadata.\n";
 
 /// --key value pairs and bare --flags; anything else is a usage error.
 struct arguments {
@@ -382,11 +385,16 @@ int run_command(int argc, char** argv) {
 }
 
 int cost_command(int argc, char** argv) {
-  const arguments args(argc, argv, 2, {"--config", "--layers", "--context", "--tokens"}, {});
+  const arguments args(argc, argv, 2, {"--config", "--layers", "--context", "--tokens", "--weight-dtype", "--kv-dtype"}, {});
   const std::string config_path = args.need("--config");
   const gattn::index context = args.integer("--context", 4096, 0);
   const gattn::index tokens = args.integer("--tokens", 4096, 0);
   gattn::index layers = args.integer("--layers", 1, 1);
+  const gattn::storage_type weights =
+      args.choice("--weight-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  const std::optional<gattn::storage_type> kv_dtype =
+      args.has("--kv-dtype") ? std::optional(args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32))
+                             : std::nullopt;
   const gattn::layer_config cfg = gattn::io::load_layer_config(config_path);
   const nlohmann::json j = read_config_json(config_path);
   // A hybrid model (Qwen3-Next) has gattn layers among others: count only those.
@@ -398,15 +406,83 @@ int cost_command(int argc, char** argv) {
       std::cout << (args.has("--layers") ? "; counting --layers " : "; counting ") << layers << "\n\n";
     }
   }
-  const gattn::layer_cost c = std::visit([](const auto& l) { return gattn::cost(l); }, cfg);
-  std::cout << gattn::format_cost_report(c, layers, context, tokens);
+  gattn::layer_cost c = std::visit([](const auto& l) { return gattn::cost(l); }, cfg);
+  if (kv_dtype) c.kv_cache_type = *kv_dtype;
+  std::cout << gattn::format_cost_report(c, layers, context, tokens, weights);
   return 0;
+}
+
+/// The instruction-set features that matter to gattn's kernels, as /proc/cpuinfo spells them.
+const char* const cpu_feature_names[] = {"avx512f", "avx512bw", "avx512_bf16", "avx2", "fma", "f16c"};
+
+/// Whether the compiler generated code for feature `name` (the -m flags of this build, -march=native
+/// included): what the binary needs from the CPU it runs on.
+bool built_for(const std::string& name) {
+  const std::pair<const char*, bool> built[] = {
+#ifdef __AVX512F__
+      {"avx512f", true},
+#endif
+#ifdef __AVX512BW__
+      {"avx512bw", true},
+#endif
+#ifdef __AVX512BF16__
+      {"avx512_bf16", true},
+#endif
+#ifdef __AVX2__
+      {"avx2", true},
+#endif
+#ifdef __FMA__
+      {"fma", true},
+#endif
+#ifdef __F16C__
+      {"f16c", true},
+#endif
+      {"", false}};
+  for (const auto& [n, on] : built)
+    if (on && name == n) return true;
+  return false;
+}
+
+/// The "flags" of /proc/cpuinfo's first processor, space-separated with a space at each end ("" when
+/// there is no such file: not Linux, or a sandbox).
+std::string cpuinfo_flags() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, 5, "flags") == 0 && line.find(':') != std::string::npos)
+      return " " + line.substr(line.find(':') + 1) + " ";
+  return "";
+}
+
+/// Whether this CPU has feature `name`: GCC's __builtin_cpu_supports for the names every GCC we
+/// build with knows (it also checks that the OS saves the AVX/AVX-512 state), else /proc/cpuinfo.
+bool cpu_has(const std::string& name, const std::string& flags) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  if (name == "avx512f") return __builtin_cpu_supports("avx512f");
+  if (name == "avx512bw") return __builtin_cpu_supports("avx512bw");
+  if (name == "avx2") return __builtin_cpu_supports("avx2");
+  if (name == "fma") return __builtin_cpu_supports("fma");
+#endif
+  return flags.find(" " + name + " ") != std::string::npos;
+}
+
+/// "features: built for avx512f ...; this CPU has avx512f ..." ("none" for an empty list).
+std::string features_line() {
+  const std::string flags = cpuinfo_flags();
+  std::string built, has;
+  for (const char* n : cpu_feature_names) {
+    if (built_for(n)) built += std::string(" ") + n;
+    if (cpu_has(n, flags)) has += std::string(" ") + n;
+  }
+  return "features: built for" + (built.empty() ? std::string(" none") : built) + "; this CPU has" +
+         (has.empty() ? std::string(" none") : has) + "\n";
 }
 
 int info_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--weights"}, {});
   std::cout << "gattn " << GATTN_VERSION << "\n"
             << "simd arch: " << gattn::default_arch_name() << "\n"
+            << features_line()
 #ifdef _OPENMP
             << "threads: OpenMP, " << omp_get_max_threads() << " available\n";
 #else

@@ -266,4 +266,69 @@ TEST(CostModel, ThousandsSeparators) {
   EXPECT_EQ(with_commas(3.0e9), "3,000,000,000");
 }
 
+// Weight and cache bytes at a storage type (SPEC §10): 4 bytes per f32 value, 2 per bf16/f16; the
+// cache's type comes from the config's kv_cache_dtype, the weights' from the caller.
+TEST(CostModel, BytesAtStorageTypes) {
+  using gattn::storage_type;
+  EXPECT_EQ(gattn::bytes_per_value(storage_type::f32), 4);
+  EXPECT_EQ(gattn::bytes_per_value(storage_type::bf16), 2);
+  EXPECT_EQ(gattn::bytes_per_value(storage_type::f16), 2);
+
+  gattn::gqa_config c = paper_config(gattn::gate_position::g1, gattn::granularity::elementwise);
+  const auto f32 = gattn::cost(c);
+  EXPECT_EQ(f32.kv_cache_type, storage_type::f32);
+  // q_proj, g_proj, o_proj 4096·2048 each; k_proj, v_proj 512·2048 each.
+  EXPECT_EQ(f32.total_params, 3 * 8'388'608 + 2 * 1'048'576);
+  EXPECT_EQ(f32.weight_bytes(storage_type::f32), 4 * f32.total_params);
+  EXPECT_EQ(f32.weight_bytes(storage_type::bf16), 54'525'952);
+  EXPECT_EQ(f32.weight_bytes(storage_type::f16), 54'525'952);
+  EXPECT_EQ(f32.kv_cache_bytes_per_token(), 4 * 1024);  // K and V: 2·H_kv·D = 1024 values
+
+  c.kv_cache_type = storage_type::bf16;
+  const auto bf16 = gattn::cost(c);
+  EXPECT_EQ(bf16.kv_cache_type, storage_type::bf16);
+  EXPECT_EQ(bf16.kv_cache_bytes_per_token(), 2 * 1024);
+  c.kv_cache_type = storage_type::f16;
+  EXPECT_EQ(gattn::cost(c).kv_cache_bytes_per_token(), 2 * 1024);
+
+  gattn::mla_config m;
+  m.hidden = 16;
+  m.heads = 2;
+  m.qk_nope_head_dim = 4;
+  m.qk_rope_head_dim = 2;
+  m.v_head_dim = 3;
+  m.kv_lora_rank = 5;
+  m.kv_cache_type = storage_type::bf16;
+  const auto mla = gattn::cost(m);
+  EXPECT_EQ(mla.kv_cache_type, storage_type::bf16);
+  EXPECT_EQ(mla.kv_cache_bytes_per_token(), 2 * (5 + 2));  // the latent row [c | k_rope]
+  EXPECT_EQ(mla.weight_bytes(storage_type::bf16), 2 * mla.total_params);
+}
+
+TEST(CostModel, ReportPrintsWeightAndCacheBytesAtTheChosenTypes) {
+  gattn::gqa_config c = paper_config(gattn::gate_position::g1, gattn::granularity::elementwise);
+  c.kv_cache_type = gattn::storage_type::bf16;
+  const std::string report = gattn::format_cost_report(gattn::cost(c), paper_layers, 4096, 4096, gattn::storage_type::bf16);
+  // Weights: 54,525,952 B per layer in bf16, x 24 layers.
+  EXPECT_NE(report.find("weight bytes (bf16)"), std::string::npos) << report;
+  EXPECT_NE(report.find("54,525,952 B (52.00 MiB)"), std::string::npos) << report;
+  EXPECT_NE(report.find("1,308,622,848 B (1.22 GiB)"), std::string::npos) << report;
+  // Cache: 2,048 B per token per layer in bf16, 49,152 B over 24 layers.
+  EXPECT_NE(report.find("kv_cache_dtype bf16"), std::string::npos) << report;
+  const std::size_t cache = report.find("  bf16 (cache)");
+  ASSERT_NE(cache, std::string::npos) << report;
+  const std::string cache_line = report.substr(cache, report.find('\n', cache) - cache);
+  EXPECT_NE(cache_line.find("2,048 B (2.00 KiB)"), std::string::npos) << cache_line;
+  EXPECT_NE(cache_line.find("49,152 B (48.00 KiB)"), std::string::npos) << cache_line;
+
+  // Defaults: f32 weights (4 bytes each), the config's f32 cache.
+  const std::string plain = gattn::format_cost_report(gattn::cost(paper_config(gattn::gate_position::g1,
+                                                                               gattn::granularity::elementwise)),
+                                                      1, 10, 10);
+  EXPECT_NE(plain.find("weight bytes (f32)"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("109,051,904 B"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("kv_cache_dtype f32"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("  f32 (cache)"), std::string::npos) << plain;
+}
+
 }  // namespace

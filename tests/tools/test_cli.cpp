@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gattn/io/safetensors.hpp"
@@ -441,6 +442,119 @@ TEST(CliCheckpoint, EndlessInputsAreRefusedAtOnce) {
     EXPECT_THAT(r.err, ::testing::HasSubstr("not a regular file")) << args;
   }
   EXPECT_FALSE(fs::exists(out));
+}
+
+// `gattn info` names the CPU features gattn's kernels care about twice: those the build was compiled
+// for (the binary needs them) and those this CPU has (/proc/cpuinfo's spelling).
+TEST(Cli, InfoPrintsBuiltAndPresentCpuFeatures) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const auto r = run_cli("info");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string line;
+  for (const std::string& l : lines_of(r.out))
+    if (l.rfind("features: built for ", 0) == 0) line = l;
+  ASSERT_FALSE(line.empty()) << r.out;
+  const std::size_t semi = line.find("; this CPU has ");
+  ASSERT_NE(semi, std::string::npos) << line;
+  const std::string built = line.substr(0, semi) + " ", has = line.substr(semi) + " ";
+  const auto listed = [](const std::string& list, const std::string& name) {
+    return list.find(" " + name + " ") != std::string::npos;
+  };
+  // This test is compiled with the CLI's flags: the same macros.
+  const std::pair<const char*, bool> compiled[] = {
+#ifdef __AVX512F__
+      {"avx512f", true},
+#else
+      {"avx512f", false},
+#endif
+#ifdef __AVX512BW__
+      {"avx512bw", true},
+#else
+      {"avx512bw", false},
+#endif
+#ifdef __AVX512BF16__
+      {"avx512_bf16", true},
+#else
+      {"avx512_bf16", false},
+#endif
+#ifdef __AVX2__
+      {"avx2", true},
+#else
+      {"avx2", false},
+#endif
+#ifdef __FMA__
+      {"fma", true},
+#else
+      {"fma", false},
+#endif
+#ifdef __F16C__
+      {"f16c", true},
+#else
+      {"f16c", false},
+#endif
+  };
+  std::string flags;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    std::string l;
+    while (flags.empty() && std::getline(in, l))
+      if (l.rfind("flags", 0) == 0 && l.find(':') != std::string::npos) flags = " " + l.substr(l.find(':') + 1) + " ";
+  }
+  for (const auto& [name, on] : compiled) {
+    EXPECT_EQ(listed(built, name), on) << name << ": " << line;
+    if (on) {
+      EXPECT_TRUE(listed(has, name)) << name << " is built for, so this CPU runs it: " << line;
+    }
+    if (!flags.empty()) {
+      EXPECT_EQ(listed(has, name), listed(flags, name)) << name << ": " << line;
+    }
+  }
+  if (!compiled[0].second && !compiled[3].second && !compiled[5].second) {
+    EXPECT_THAT(line, ::testing::StartsWith("features: built for none;"));
+  }
+}
+
+// `gattn cost` prints weight bytes at --weight-dtype (default f32) and cache bytes at the config's
+// kv_cache_dtype, which --kv-dtype overrides.
+TEST(Cli, CostPrintsWeightAndCacheBytesAtTheChosenTypes) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  const fs::path cfg = scratch_dir() / "paper15b_bf16.json";
+  std::ofstream(cfg) << R"({"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, )"
+                     << R"("gate": {"position": "G1", "granularity": "elementwise"}, "kv_cache_dtype": "bf16"})";
+  const std::string c = "cost --config '" + cfg.string() + "' --layers 24";
+  const auto line_with = [](const std::string& out, const std::string& what) {
+    for (const std::string& l : lines_of(out))
+      if (l.find(what) != std::string::npos) return l;
+    return std::string();
+  };
+
+  const auto def = run_cli(c);
+  ASSERT_EQ(def.status, 0) << def.err;
+  EXPECT_THAT(line_with(def.out, "weight bytes (f32)"), ::testing::HasSubstr("109,051,904 B")) << def.out;
+  EXPECT_THAT(def.out, ::testing::HasSubstr("kv_cache_dtype bf16"));
+  const std::string kv = line_with(def.out, "bf16 (cache)");
+  EXPECT_THAT(kv, ::testing::HasSubstr("2,048 B")) << def.out;    // per token, per layer
+  EXPECT_THAT(kv, ::testing::HasSubstr("49,152 B")) << def.out;   // x 24 layers
+
+  const auto bf16 = run_cli(c + " --weight-dtype bf16 --kv-dtype f32");
+  ASSERT_EQ(bf16.status, 0) << bf16.err;
+  const std::string w = line_with(bf16.out, "weight bytes (bf16)");
+  EXPECT_THAT(w, ::testing::HasSubstr("54,525,952 B")) << bf16.out;
+  EXPECT_THAT(w, ::testing::HasSubstr("1,308,622,848 B")) << bf16.out;
+  EXPECT_THAT(bf16.out, ::testing::HasSubstr("kv_cache_dtype f32"));
+  EXPECT_THAT(line_with(bf16.out, "f32 (cache)"), ::testing::HasSubstr("98,304 B")) << bf16.out;
+
+  const auto f16 = run_cli(c + " --weight-dtype f16 --kv-dtype f16");
+  ASSERT_EQ(f16.status, 0) << f16.err;
+  EXPECT_THAT(line_with(f16.out, "weight bytes (f16)"), ::testing::HasSubstr("54,525,952 B")) << f16.out;
+  EXPECT_THAT(line_with(f16.out, "f16 (cache)"), ::testing::HasSubstr("2,048 B")) << f16.out;
+
+  for (const char* bad : {" --weight-dtype fp8", " --kv-dtype int4"}) {
+    const auto r = run_cli(c + bad);
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_THAT(r.err, ::testing::HasSubstr("must be f32, bf16 or f16")) << bad;
+    EXPECT_EQ(r.out, "") << bad;
+  }
 }
 
 }  // namespace

@@ -18,6 +18,25 @@
 
 namespace gattn {
 
+/// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (SPEC §10).
+inline constexpr std::int64_t bytes_per_value(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
+
+namespace detail {
+
+/// a · b, refusing int64 overflow (a hostile config must not wrap to a small count).
+inline std::int64_t cost_mul(std::int64_t a, std::int64_t b, const char* what) {
+  require<config_error>(a >= 0 && b >= 0 && (a == 0 || b <= std::numeric_limits<std::int64_t>::max() / a),
+                        "cost: ", what, " = ", a, " x ", b, " overflows a 64-bit count");
+  return a * b;
+}
+
+inline std::int64_t cost_add(std::int64_t a, std::int64_t b, const char* what) {
+  require<config_error>(b <= std::numeric_limits<std::int64_t>::max() - a, "cost: ", what, " overflows a 64-bit count");
+  return a + b;
+}
+
+}  // namespace detail
+
 /// One weight matrix (no bias) or one norm weight of a layer.
 struct projection_cost {
   std::string name;            ///< checkpoint name without `.weight` (`q_proj`, `g_proj`, `q_norm`...)
@@ -46,6 +65,9 @@ struct layer_cost {
   bool is_mla = false;
   /// Values cached per token: GQA K and V, 2·H_kv·D; MLA the absorbed latent cache d_c + d_rope.
   std::int64_t kv_cache_values_per_token = 0;
+  /// Element type of the cache: the config's kv_cache_dtype (a caller may override it, as `gattn
+  /// cost --kv-dtype` does).
+  storage_type kv_cache_type = storage_type::f32;
   /// Activated gate values per token, as the layer materialises them (a head-shared gate is
   /// broadcast to every head, so it counts like an unshared one): G1 H_q·D_v or H_q, G2/G3 H_kv·D or
   /// H_kv, G4 H_q·D or H_q, G5 d or 1; 0 without a gate.
@@ -55,6 +77,17 @@ struct layer_cost {
   /// holds in both forms: absorbed decode applies W_uk and W_uv per token and head, which is
   /// exactly kv_b_proj's weight count.
   double projection_flops_per_token() const { return 2.0 * double(attention_params + gate_params); }
+
+  /// Bytes the cache holds per token in this layer, at kv_cache_type.
+  std::int64_t kv_cache_bytes_per_token() const {
+    return detail::cost_mul(kv_cache_values_per_token, bytes_per_value(kv_cache_type), "kv cache bytes");
+  }
+
+  /// Bytes of every weight of the layer (projections, gate and norms) stored as `t`: a checkpoint
+  /// of that type, which the layer reads as stored (SPEC §10), so also the bytes one decode step reads.
+  std::int64_t weight_bytes(storage_type t) const {
+    return detail::cost_mul(total_params, bytes_per_value(t), "weight bytes");
+  }
 
   /// FLOPs for one token that attends to `context` keys (itself included): projections,
   /// attention and the gate's elementwise work. Norms, RoPE and softmax are not counted (O(width),
@@ -66,18 +99,6 @@ struct layer_cost {
 };
 
 namespace detail {
-
-/// a · b, refusing int64 overflow (a hostile config must not wrap to a small count).
-inline std::int64_t cost_mul(std::int64_t a, std::int64_t b, const char* what) {
-  require<config_error>(a >= 0 && b >= 0 && (a == 0 || b <= std::numeric_limits<std::int64_t>::max() / a),
-                        "cost: ", what, " = ", a, " x ", b, " overflows a 64-bit count");
-  return a * b;
-}
-
-inline std::int64_t cost_add(std::int64_t a, std::int64_t b, const char* what) {
-  require<config_error>(b <= std::numeric_limits<std::int64_t>::max() - a, "cost: ", what, " overflows a 64-bit count");
-  return a + b;
-}
 
 inline projection_cost make_projection(std::string name, index rows, index cols, std::int64_t gate_rows = 0) {
   projection_cost p;
@@ -213,6 +234,7 @@ inline layer_cost cost(const gqa_config& c) {
 
   out.attention_flops_per_key = 4.0 * double(D) * double(c.q_heads);
   out.kv_cache_values_per_token = detail::cost_mul(2, kv_width, "kv cache width");
+  out.kv_cache_type = c.kv_cache_type;
   return out;
 }
 
@@ -267,15 +289,18 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
                                                      : 2.0 * double(dc + dr) + 2.0 * double(dc);
   out.attention_flops_per_key = double(H) * per_head;
   out.kv_cache_values_per_token = latent;
+  out.kv_cache_type = c.kv_cache_type;
   return out;
 }
 
 /// The human-readable table printed by `gattn cost`: per-projection parameters; per-layer and
 /// ×`layers` totals (the gate line is SPEC §7's "extra gate parameters"); FLOPs per token at
-/// `context` keys; KV-cache bytes per token in fp32 and bf16; gate-activation values and bytes for
-/// one sequence of `tokens` tokens (fp32 and bf16), per layer and × layers. Numbers carry
-/// thousands separators. Throws config_error when layers < 1, context < 0 or tokens < 0.
-inline std::string format_cost_report(const layer_cost& c, index layers, index context, index tokens) {
+/// `context` keys; weight bytes with weights stored as `weights`; KV-cache bytes per token at
+/// c.kv_cache_type (then fp32 and bf16 for comparison); gate-activation values and bytes for one
+/// sequence of `tokens` tokens (fp32 and bf16), per layer and × layers. Numbers carry thousands
+/// separators. Throws config_error when layers < 1, context < 0 or tokens < 0.
+inline std::string format_cost_report(const layer_cost& c, index layers, index context, index tokens,
+                                      storage_type weights = storage_type::f32) {
   detail::require<config_error>(layers >= 1, "cost: layers=", layers, " must be >= 1");
   detail::require<config_error>(context >= 0, "cost: context=", context, " must be >= 0");
   detail::require<config_error>(tokens >= 0, "cost: tokens=", tokens, " must be >= 0");
@@ -304,6 +329,9 @@ inline std::string format_cost_report(const layer_cost& c, index layers, index c
   line("norm params", with_commas(c.norm_params), with_commas(times_layers(c.norm_params)));
   line("gate params (extra)", with_commas(c.gate_params), with_commas(times_layers(c.gate_params)));
   line("total params", with_commas(c.total_params), with_commas(times_layers(c.total_params)));
+  const std::int64_t wb = c.weight_bytes(weights);
+  const std::string weight_label = std::string("weight bytes (") + to_string(weights) + ")";
+  line(weight_label.c_str(), detail::bytes_text(double(wb)), detail::bytes_text(double(times_layers(wb))));
 
   const double flops = c.flops_per_token(context);
   const std::string at = " at context " + with_commas(std::int64_t(context));
@@ -316,7 +344,11 @@ inline std::string format_cost_report(const layer_cost& c, index layers, index c
   line("  total", with_commas(flops), with_commas(flops * double(L)));
 
   const double kv = double(c.kv_cache_values_per_token);
-  out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer)\n";
+  const std::int64_t kv_bytes = c.kv_cache_bytes_per_token();
+  out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
+      << to_string(c.kv_cache_type) << ")\n";
+  const std::string kv_label = std::string("  ") + to_string(c.kv_cache_type) + " (cache)";
+  line(kv_label.c_str(), detail::bytes_text(double(kv_bytes)), detail::bytes_text(double(times_layers(kv_bytes))));
   line("  fp32", detail::bytes_text(kv * 4), detail::bytes_text(kv * 4 * double(L)));
   line("  bf16", detail::bytes_text(kv * 2), detail::bytes_text(kv * 2 * double(L)));
 
