@@ -50,15 +50,15 @@ namespace gattn {
 /// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
 /// Deterministic: bitwise identical results for a fixed thread count.
 template <class Arch = default_arch>
-void fused_sdpa(const sdpa_params& p) {
-  detail::validate(p);
-  if (p.t_q == 0) return;
+void fused_sdpa(const sdpa_params& p);
+
+namespace detail {
+
+/// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
+/// a compile-time parameter, so the fp32 loops are the same code as without it.
+template <class Arch, storage_type S>
+void unit_sdpa(const sdpa_params& p, int threads) {
   using tr = kernel_traits<Arch>;
-  const int threads = detail::resolve_threads(p.threads);
-  if (detail::use_decode_path(p)) {
-    detail::decode_sdpa<Arch>(p, threads);
-    return;
-  }
   const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
   const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
   const int team = int(std::min<index>(threads, tasks));
@@ -105,7 +105,7 @@ void fused_sdpa(const sdpa_params& p) {
       index r, qb;
       unit_coords(u, r, qb);
       const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
-      detail::run_unit<Arch>(p, pl, sc, r, qb, k_begin, k_end);
+      detail::run_unit<Arch, S>(p, pl, sc, r, qb, k_begin, k_end);
       if (pl.splits == 1) finish_unit(sc, r, qb);
       else save_partial(sc, u, sp);
       return;
@@ -125,10 +125,12 @@ void fused_sdpa(const sdpa_params& p) {
     }
     constexpr index bc = tr::block_keys;
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
-    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_last, 0);
-    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_last, 0);
+    // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
+    constexpr bool fp32 = S == storage_type::f32;
+    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_last : 0, 0);
+    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_last : 0, 0);
     k_stream.ahead = v_stream.ahead = bc;
-    const bool v_in_k = detail::v_inside_k(p);
+    const bool v_in_k = !fp32 || detail::v_inside_k(p);
     k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     for (index j0 = k_begin; j0 < k_last; j0 += bc) {
@@ -137,7 +139,7 @@ void fused_sdpa(const sdpa_params& p) {
         if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
         const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
         if (j0 < k_end_u)
-          detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
+          detail::unit_tile<Arch, S>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
       }
     }
     for (index u = 0; u < pl.units; ++u) {
@@ -175,6 +177,25 @@ void fused_sdpa(const sdpa_params& p) {
   for (index t = 0; t < tasks; ++t) body(t);
   if (pl.splits > 1)
     for (index u = 0; u < pl.units; ++u) merge_unit(u);
+}
+
+}  // namespace detail
+
+template <class Arch>
+void fused_sdpa(const sdpa_params& p) {
+  detail::validate(p);
+  if (p.t_q == 0) return;
+  const int threads = detail::resolve_threads(p.threads);
+  if (detail::use_decode_path(p)) {
+    detail::decode_sdpa<Arch>(p, threads);
+    return;
+  }
+  switch (p.kv_type) {
+    case storage_type::bf16: detail::unit_sdpa<Arch, storage_type::bf16>(p, threads); return;
+    case storage_type::f16: detail::unit_sdpa<Arch, storage_type::f16>(p, threads); return;
+    case storage_type::f32: break;
+  }
+  detail::unit_sdpa<Arch, storage_type::f32>(p, threads);
 }
 
 }  // namespace gattn
