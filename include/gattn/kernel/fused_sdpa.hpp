@@ -19,6 +19,10 @@
 // Other few-row shapes (t_q > 4 with G·br <= 2W) use the interleaved unit path: a task runs every
 // unit over its key split tile by tile, prefetching the next tile of all KV heads, and the partial
 // (m, l, O) states of the splits are merged in split order before the epilogue.
+// K/V stored as bf16/f16 (sdpa_params::kv_type, SPEC §10 exact numerics): every path takes the
+// element type as a template parameter; the unit paths widen each K and V tile into the unit's
+// scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
+// the cache is ever made and the arithmetic is the fp32 path's.
 // Scratch: thread_local, grown once (see unit_scratch in scratch.hpp for the per-unit layout); the split
 // partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
 #pragma once
