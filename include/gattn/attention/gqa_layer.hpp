@@ -177,16 +177,26 @@ class gqa_layer {
     const float* K = P + col_k();
     const float* V = P + col_v();
     index kv_stride = n_cols_, t_k = T;
+    storage_type kv_type = storage_type::f32;
+    const std::uint16_t *k_bits = nullptr, *v_bits = nullptr;
     if (cache) {
-      for (index t = 0; t < T; ++t) {
-        std::copy_n(P + t * n_cols_ + col_k(), kv_width(), cache->key(pos0 + t));
-        std::copy_n(P + t * n_cols_ + col_v(), kv_width(), cache->value(pos0 + t));
+      // Rounded to the cache's element type (SPEC §10); an f16 cache refuses out-of-range rows
+      // before writing any.
+      cache->append(P + col_k(), n_cols_, P + col_v(), n_cols_, T);
+      kv_type = cache->storage();
+      if (kv_type == storage_type::f32) {
+        K = cache->key(0);
+        V = cache->value(0);
+      } else {
+        k_bits = cache->key_bits(0);
+        v_bits = cache->value_bits(0);
       }
-      cache->commit(T);
-      K = cache->key(0);
-      V = cache->value(0);
       kv_stride = kv_width();
       t_k = cache->size();
+    } else if (cfg_.kv_cache_type != storage_type::f32) {
+      // Without a cache the layer still attends over the values a cache would hold, so that
+      // forward() and prefill() agree.
+      detail::round_rows_in_place(cfg_.kv_cache_type, P + col_k(), n_cols_, T, 2 * kv_width());
     }
 
     // 6.-8. SDPA, output norm and the G1 gate in the kernel's epilogue
@@ -201,6 +211,9 @@ class gqa_layer {
     p.q_head_stride = D;
     p.k = K;
     p.v = V;
+    p.kv_type = kv_type;
+    p.k_bits = k_bits;
+    p.v_bits = v_bits;
     p.k_token_stride = p.v_token_stride = kv_stride;
     p.k_head_stride = p.v_head_stride = D;
     layer_workspace::fit(ws.gated, T * Hq * D);

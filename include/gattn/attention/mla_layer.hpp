@@ -170,14 +170,21 @@ class mla_layer {
     // the new latent rows: normalised c, roped k_rope -> cache
     rope_rotator rope = rope_;
     rope.prepare(pos0, T);
+    // An f32 cache takes the rows in place; a bf16/f16 one gets them rounded by append(), which
+    // checks every row of the call before writing any (SPEC §10).
+    const index L = latent_width();
+    const bool f32_cache = cache.storage() == storage_type::f32;
+    if (!f32_cache) layer_workspace::fit(ws.latent, T * L);
+    float* new_rows = f32_cache ? cache.key(pos0) : ws.latent.data();
     for (index t = 0; t < T; ++t) {
-      float* row = cache.key(pos0 + t);
-      std::copy_n(P + t * n_cols_ + col_kva(), latent_width(), row);
+      float* row = new_rows + t * L;
+      std::copy_n(P + t * n_cols_ + col_kva(), L, row);
       rms_norm(row, kv_a_norm_.data(), dc, eps, false);
       rope.rotate(row + dc, pos0 + t);
       for (index h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * Q + dn, pos0 + t);
     }
-    cache.commit(T);
+    if (f32_cache) cache.commit(T);
+    else cache.append(new_rows, L, nullptr, 0, T);
     const index t_k = cache.size();
 
     // gate scores
@@ -202,7 +209,6 @@ class mla_layer {
     if (form == mla_form::absorbed) {
       // q̃_h = q_nope_h W_uk_h (latent width), next to q_rope: the kernel attends over the
       // cache rows [c | k_rope] as one shared KV head and returns the latent output ō.
-      const index L = latent_width();
       layer_workspace::fit(ws.attention, T * H * L + T * H * dc);
       float* qa = ws.attention.data();       // [T, H, d_c + d_rope]
       float* latent_out = qa + T * H * L;    // [T, H, d_c]
@@ -219,7 +225,12 @@ class mla_layer {
       p.q = qa;
       p.q_token_stride = H * L;
       p.q_head_stride = L;
-      p.k = p.v = cache.key(0);
+      if (f32_cache) {
+        p.k = p.v = cache.key(0);
+      } else {  // the kernel widens each tile of the stored latent as it reads it
+        p.kv_type = cache.storage();
+        p.k_bits = p.v_bits = cache.key_bits(0);
+      }
       p.k_token_stride = p.v_token_stride = L;
       p.k_head_stride = p.v_head_stride = 0;
       p.out = latent_out;
@@ -238,12 +249,19 @@ class mla_layer {
       layer_workspace::fit(ws.attention, t_k * kv_cols + t_k * H * Q);
       float* kv = ws.attention.data();       // [T_k, H, d_nope + d_v]
       float* keys = kv + t_k * kv_cols;      // [T_k, H, d_nope + d_rope]
-      kv_b_.apply(cache.key(0), t_k, latent_width(), kv, kv_cols);
+      // This form re-expands every cached latent anyway: a bf16/f16 cache is widened first.
+      const float* latent = f32_cache ? cache.key(0) : nullptr;
+      if (!f32_cache) {
+        layer_workspace::fit(ws.latent, t_k * L);
+        for (index j = 0; j < t_k; ++j) cache.widen_key(j, ws.latent.data() + j * L);
+        latent = ws.latent.data();
+      }
+      kv_b_.apply(latent, t_k, L, kv, kv_cols);
       for (index j = 0; j < t_k; ++j)
         for (index h = 0; h < H; ++h) {
           float* kh = keys + (j * H + h) * Q;
           std::copy_n(kv + j * kv_cols + h * (dn + dv), dn, kh);
-          std::copy_n(cache.key(j) + dc, dr, kh + dn);
+          std::copy_n(latent + j * L + dc, dr, kh + dn);
         }
       p.kv_heads = H;
       p.d_qk = Q;

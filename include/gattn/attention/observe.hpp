@@ -9,6 +9,16 @@
 
 namespace gattn {
 
+/// Element `at` of the stored keys of p, widened (bf16/f16 caches hold bits).
+inline float stored_key(const sdpa_params& p, index at) {
+  switch (p.kv_type) {
+    case storage_type::bf16: return bf16_to_float(p.k_bits[at]);
+    case storage_type::f16: return f16_to_float(p.k_bits[at]);
+    case storage_type::f32: break;
+  }
+  return p.k[at];
+}
+
 /// p_{i,0} = exp(scale·q_i·k_0 − lse_i) for every query row and head of `p` (which must have run
 /// with p.lse set). Key 0 is row 0 of p.k; rows that saw no key give 0.
 inline void observe_first_token_attention(const sdpa_params& p, statistics_observer& stats) {
@@ -17,9 +27,9 @@ inline void observe_first_token_attention(const sdpa_params& p, statistics_obser
   for (index i = 0; i < p.t_q; ++i) {
     for (index h = 0; h < p.q_heads; ++h) {
       const float* q = p.q + i * p.q_token_stride + h * p.q_head_stride;
-      const float* k = p.k + (h / group) * p.k_head_stride;
+      const index k0 = (h / group) * p.k_head_stride;
       double dot = 0;
-      for (index c = 0; c < p.d_qk; ++c) dot += double(q[c]) * double(k[c]);
+      for (index c = 0; c < p.d_qk; ++c) dot += double(q[c]) * double(stored_key(p, k0 + c));
       const double lse = p.lse[h * p.t_q + i];
       first[std::size_t(h)] = std::isinf(lse) ? 0.0f : float(std::exp(double(p.scale) * dot - lse));
     }

@@ -19,6 +19,10 @@
 // Other few-row shapes (t_q > 4 with G·br <= 2W) use the interleaved unit path: a task runs every
 // unit over its key split tile by tile, prefetching the next tile of all KV heads, and the partial
 // (m, l, O) states of the splits are merged in split order before the epilogue.
+// K/V stored as bf16/f16 (sdpa_params::kv_type, SPEC §10 exact numerics): every path takes the
+// element type as a template parameter; the unit paths widen each K and V tile into the unit's
+// scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
+// the cache is ever made and the arithmetic is the fp32 path's.
 // Scratch: thread_local, grown once (see unit_scratch in scratch.hpp for the per-unit layout); the split
 // partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
 #pragma once
@@ -50,15 +54,15 @@ namespace gattn {
 /// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
 /// Deterministic: bitwise identical results for a fixed thread count.
 template <class Arch = default_arch>
-void fused_sdpa(const sdpa_params& p) {
-  detail::validate(p);
-  if (p.t_q == 0) return;
+void fused_sdpa(const sdpa_params& p);
+
+namespace detail {
+
+/// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
+/// a compile-time parameter, so the fp32 loops are the same code as without it.
+template <class Arch, storage_type S>
+void unit_sdpa(const sdpa_params& p, int threads) {
   using tr = kernel_traits<Arch>;
-  const int threads = detail::resolve_threads(p.threads);
-  if (detail::use_decode_path(p)) {
-    detail::decode_sdpa<Arch>(p, threads);
-    return;
-  }
   const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
   const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
   const int team = int(std::min<index>(threads, tasks));
@@ -105,7 +109,7 @@ void fused_sdpa(const sdpa_params& p) {
       index r, qb;
       unit_coords(u, r, qb);
       const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
-      detail::run_unit<Arch>(p, pl, sc, r, qb, k_begin, k_end);
+      detail::run_unit<Arch, S>(p, pl, sc, r, qb, k_begin, k_end);
       if (pl.splits == 1) finish_unit(sc, r, qb);
       else save_partial(sc, u, sp);
       return;
@@ -125,10 +129,12 @@ void fused_sdpa(const sdpa_params& p) {
     }
     constexpr index bc = tr::block_keys;
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
-    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_last, 0);
-    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_last, 0);
+    // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
+    constexpr bool fp32 = S == storage_type::f32;
+    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_last : 0, 0);
+    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_last : 0, 0);
     k_stream.ahead = v_stream.ahead = bc;
-    const bool v_in_k = detail::v_inside_k(p);
+    const bool v_in_k = !fp32 || detail::v_inside_k(p);
     k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     for (index j0 = k_begin; j0 < k_last; j0 += bc) {
@@ -137,7 +143,7 @@ void fused_sdpa(const sdpa_params& p) {
         if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
         const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
         if (j0 < k_end_u)
-          detail::unit_tile<Arch>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
+          detail::unit_tile<Arch, S>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
       }
     }
     for (index u = 0; u < pl.units; ++u) {
@@ -175,6 +181,25 @@ void fused_sdpa(const sdpa_params& p) {
   for (index t = 0; t < tasks; ++t) body(t);
   if (pl.splits > 1)
     for (index u = 0; u < pl.units; ++u) merge_unit(u);
+}
+
+}  // namespace detail
+
+template <class Arch>
+void fused_sdpa(const sdpa_params& p) {
+  detail::validate(p);
+  if (p.t_q == 0) return;
+  const int threads = detail::resolve_threads(p.threads);
+  if (detail::use_decode_path(p)) {
+    detail::decode_sdpa<Arch>(p, threads);
+    return;
+  }
+  switch (p.kv_type) {
+    case storage_type::bf16: detail::unit_sdpa<Arch, storage_type::bf16>(p, threads); return;
+    case storage_type::f16: detail::unit_sdpa<Arch, storage_type::f16>(p, threads); return;
+    case storage_type::f32: break;
+  }
+  detail::unit_sdpa<Arch, storage_type::f32>(p, threads);
 }
 
 }  // namespace gattn

@@ -20,6 +20,7 @@
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/convert.hpp"
 
 namespace gattn {
 namespace detail {
@@ -77,8 +78,23 @@ inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const uni
   return {r, valid_rows, min_lim, max_lim};
 }
 
+/// Widens n stored rows (stride ld elements, `width` values each) into `pack` as rows of
+/// `pack_stride` floats, zero-padded past `width`: the unit reads a bf16/f16 K or V tile from there.
+template <class Arch, storage_type S>
+inline void widen_tile(const storage_element_t<S>* src, index ld, index n, index width, float* pack,
+                       index pack_stride) {
+  for (index j = 0; j < n; ++j) {
+    float* dst = pack + j * pack_stride;
+    if constexpr (S == storage_type::bf16) simd::widen_bf16<Arch>(src + j * ld, dst, width);
+    else simd::widen_f16<Arch>(src + j * ld, dst, width);
+    std::fill(dst + width, dst + pack_stride, 0.0f);
+  }
+}
+
 /// One key tile [j0, j0 + nk) of a unit: Sᵀ = K·Qt, online softmax, O = alpha·O + P·V.
-template <class Arch>
+/// K/V stored as S: fp32 is read in place; bf16/f16 tiles are widened into the scratch first
+/// (exact, so the arithmetic after it is the fp32 path's).
+template <class Arch, storage_type S = storage_type::f32>
 inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
                       index j0, index nk) {
   using tr = kernel_traits<Arch>;
@@ -89,7 +105,17 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
   const float ninf = -std::numeric_limits<float>::infinity();
   const index nvq = pl.rows_pad / W;
   {
-    const float* kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
+    const float* kt;
+    index ldk;
+    if constexpr (S == storage_type::f32) {
+      kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
+      ldk = p.k_token_stride;
+    } else {
+      widen_tile<Arch, S>(p.k_bits + j0 * p.k_token_stride + r * p.k_head_stride, p.k_token_stride, nk, p.d_qk,
+                          sc.kpack, p.d_qk);
+      kt = sc.kpack;
+      ldk = p.d_qk;
+    }
     // 1. Sᵀ = K_tile · Qt
     for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
       const int nv = int(std::min<index>(tr::qk_nv, nvq - v0));
@@ -97,7 +123,7 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
         const int mr = int(std::min<index>(tr::qk_mr, nk - j));
         static_switch<tr::qk_mr>(mr, [&](auto MR) {
           static_switch<tr::qk_nv>(nv, [&](auto NV) {
-            qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * p.k_token_stride, p.k_token_stride,
+            qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * ldk, ldk,
                                                                       sc.qt + v0 * W, ldq, p.d_qk,
                                                                       sc.st + j * ldq + v0 * W, ldq);
           });
@@ -134,9 +160,19 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
       simd::store(sc.alpha + v0 * W, alpha);
     }
     // 3. O = alpha·O + P·V_tile; on a diagonal tile each row takes only its visible keys.
-    const float* vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
+    const float* vt;
     index ldv = p.v_token_stride;
-    if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
+    if constexpr (S == storage_type::f32) {
+      vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
+      if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
+    } else {
+      // Only the nk rows of this tile are widened; pv_dispatch reads no row past them, and on a
+      // diagonal tile each row's masked count (vis) keeps a NaN of a hidden key out of its P·V.
+      widen_tile<Arch, S>(p.v_bits + j0 * p.v_token_stride + r * p.v_head_stride, p.v_token_stride, nk, p.d_v,
+                          sc.vpack, pl.dv_pad);
+      vt = sc.vpack;
+      ldv = pl.dv_pad;
+    }
     const index nvo = pl.dv_pad / W;
     for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
       const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
@@ -167,7 +203,7 @@ inline void prefetch_gate_rows(const sdpa_params& p, const sdpa_plan& pl, index 
 
 /// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
 /// scratch (its first unit_info::valid_rows rows are meaningful).
-template <class Arch>
+template <class Arch, storage_type S = storage_type::f32>
 inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
                      index k_begin, index k_end) {
   constexpr index bc = kernel_traits<Arch>::block_keys;
@@ -184,7 +220,7 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
       prefetch_gate_rows(p, pl, r, qb, prefetched, upto);
       prefetched = upto;
     }
-    unit_tile<Arch>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
+    unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
   }
 }
 

@@ -49,11 +49,12 @@ class aligned_buffer {
 ///   qt    [d_qk][M_pad]      scaled Qᵀ of the unit
 ///   st    [Bc][M_pad]        Sᵀ tile, overwritten by Pᵀ
 ///   o     [M_pad][dv_pad]    unnormalised output accumulator
-///   vpack [Bc][dv_pad]       V tile zero-padded to dv_pad (only when d_v % W != 0)
+///   vpack [Bc][dv_pad]       V tile zero-padded to dv_pad (when d_v % W != 0 or K/V are bf16/f16)
+///   kpack [Bc][d_qk]         K tile widened to fp32 (only when K/V are bf16/f16)
 ///   m, l, alpha, lim [M_pad] per-row softmax state, rescale factors, visible-key counts
 /// thread_local, so concurrent calls from user threads and OpenMP workers never share it.
 struct unit_scratch {
-  float *qt, *st, *o, *vpack, *m, *l, *alpha, *lim;
+  float *qt, *st, *o, *vpack, *kpack, *m, *l, *alpha, *lim;
 };
 
 inline index round_up(index x, index m) { return (x + m - 1) / m * m; }
@@ -70,6 +71,7 @@ struct sdpa_plan {
   index splits = 1;     // key splits per unit (flash-decoding)
   index split_len = 0;  // keys per split (multiple of Bc)
   bool pack_v = false;
+  bool pack_k = false;      // bf16/f16 K/V: each tile is widened into the scratch as it is read
   bool interleave = false;  // decode: a task runs every unit over its key split, tile by tile
   std::size_t scratch_floats = 0;
 };
@@ -86,7 +88,10 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.dv_pad = round_up(p.d_v, tr::width);
   pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
   pl.units = p.kv_heads * pl.q_blocks;
-  pl.pack_v = (p.d_v % tr::width) != 0;
+  // A bf16/f16 cache is widened tile by tile into the unit's scratch (never a widened copy of
+  // the whole cache); fp32 K is read in place and V packed only for a ragged d_v, as before.
+  pl.pack_k = p.kv_type != storage_type::f32;
+  pl.pack_v = (p.d_v % tr::width) != 0 || pl.pack_k;
   // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
   // units. One head's rows are a page apart in a [T, H_kv, D] cache, so a task runs *every* unit
   // on each key tile in turn and prefetches the next tile of all heads: the cache streams
@@ -105,8 +110,9 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   }
   const index bc = tr::block_keys;
   pl.scratch_floats = std::size_t(p.d_qk * pl.rows_pad + bc * pl.rows_pad + pl.rows_pad * pl.dv_pad +
-                                  (pl.pack_v ? bc * pl.dv_pad : 0) + 4 * pl.rows_pad) +
-                      8 * 16;
+                                  (pl.pack_v ? bc * pl.dv_pad : 0) + (pl.pack_k ? bc * p.d_qk : 0) +
+                                  4 * pl.rows_pad) +
+                      9 * 16;  // each array rounded up to 16 floats
   return pl;
 }
 
@@ -121,6 +127,7 @@ inline unit_scratch carve(float* base, const sdpa_params& p, const sdpa_plan& pl
   s.st = take(bc * pl.rows_pad);
   s.o = take(pl.rows_pad * pl.dv_pad);
   s.vpack = pl.pack_v ? take(bc * pl.dv_pad) : nullptr;
+  s.kpack = pl.pack_k ? take(bc * p.d_qk) : nullptr;
   s.m = take(pl.rows_pad);
   s.l = take(pl.rows_pad);
   s.alpha = take(pl.rows_pad);

@@ -33,8 +33,8 @@ struct sdpa_params {
   const float* v = nullptr;
   index v_token_stride = 0, v_head_stride = 0;  ///< may alias k (MLA latent cache)
   /// Element type of the stored K and V (SPEC §10, exact numerics: widened on load, fp32 math).
-  /// bf16/f16: K and V are read from k_bits and v_bits (k and v unused; strides in elements);
-  /// for now on the fused kernel's decode path only (few query rows per KV head).
+  /// bf16/f16: K and V are read from k_bits and v_bits (k and v unused; strides in elements) on
+  /// every path of the fused kernel, each tile widened as it is read (never the whole cache).
   storage_type kv_type = storage_type::f32;
   const std::uint16_t* k_bits = nullptr;
   const std::uint16_t* v_bits = nullptr;
@@ -95,10 +95,6 @@ inline void validate(const sdpa_params& p) {
   }
   require<shape_error>(e.out_norm == norm_kind::none || e.out_norm_eps >= 0.0f,
                        "fused_sdpa: out_norm_eps=", e.out_norm_eps, " must be >= 0");
-  // The condition of use_decode_path (decode.hpp): only that path reads low-precision K/V yet.
-  require<config_error>(p.kv_type == storage_type::f32 || (p.t_q <= 4 && p.q_heads / p.kv_heads * p.t_q <= 64),
-                        "fused_sdpa: kv_type=", to_string(p.kv_type), " needs the decode path (t_q <= 4 and ",
-                        "q_heads/kv_heads*t_q <= 64; got t_q=", p.t_q, " q_heads=", p.q_heads, " kv_heads=", p.kv_heads, ")");
 }
 
 }  // namespace detail
