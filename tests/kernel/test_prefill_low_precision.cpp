@@ -13,21 +13,14 @@
 #include "gattn/kernel/decode.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
+#include "support/low_precision.hpp"
 
 namespace {
 
 using gattn::index;
 using gattn::storage_type;
 
-/// Rounds v to the storage type in place (the float copy holds the stored values) and returns the bits.
-std::vector<std::uint16_t> store_as(storage_type s, std::vector<float>& v) {
-  std::vector<std::uint16_t> bits(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    bits[i] = s == storage_type::bf16 ? gattn::round_to_bf16(v[i]) : gattn::round_to_f16(v[i]);
-    v[i] = s == storage_type::bf16 ? gattn::bf16_to_float(bits[i]) : gattn::f16_to_float(bits[i]);
-  }
-  return bits;
-}
+using gattn::test::store_as;
 
 struct lp_case {
   const char* what;
