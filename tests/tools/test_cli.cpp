@@ -309,9 +309,27 @@ TEST(Cli, OutputPathsAreCheckedBeforeComputing) {
 
 TEST(Cli, KvOptionsAreAccepted) {
   if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
-  // The tolerance is bf16's (SPEC §10 fast numerics), whether or not the layer stores bf16 yet.
+  // --kv-numerics is parsed but no layer takes fast numerics yet; the tolerance is SPEC §10's for fast.
   const auto r = run_plain("--check --tol 1e-2 --quiet --kv-dtype bf16 --kv-numerics fast --decode-from 4");
   EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// The low-precision cache vectors pass at SPEC §10's layer tolerances only when the cache really
+// stores their dtype: overriding it to f32 misses (bf16 by ~2e-3, f16 by ~2e-4 of max|y_ref|).
+TEST(Cli, KvCacheVectorsNeedTheirCacheDtype) {
+  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  struct kv_case { const char* name; const char* tol; };
+  for (const kv_case c : {kv_case{"gqa_kv_bf16", "5e-4"}, kv_case{"gqa_kv_f16", "1e-4"}, kv_case{"mla_kv_bf16", "5e-4"}}) {
+    const std::string st = test::data_path(std::string(c.name) + ".safetensors");
+    const std::string base = "run --config '" + test::data_path(std::string(c.name) + ".config.json") + "' --weights '" +
+                             st + "' --input '" + st + "' --check --quiet --tol " + c.tol;
+    for (const std::string feed : {"", " --decode-from 5"}) {
+      const auto ok = run_cli(base + feed);
+      EXPECT_EQ(ok.status, 0) << c.name << feed << ": " << ok.out << ok.err;
+      const auto f32 = run_cli(base + feed + " --kv-dtype f32");
+      EXPECT_EQ(f32.status, 1) << c.name << feed << " with an f32 cache should miss: " << f32.out;
+    }
+  }
 }
 
 TEST(Cli, WrongPrefixNamesPrefixFileAndPrefixesPresent) {
