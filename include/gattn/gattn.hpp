@@ -10,6 +10,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"

@@ -1,0 +1,91 @@
+// How a call may use threads (SPEC §11, issue #11): the caller decides, the library never nests.
+//
+// Every parallel loop in gattn (kernel work units, projection panels, per-row stages) runs through
+// execution_context::parallel_for. Three kinds of context:
+//   - default / with_threads(n): an OpenMP team of n threads (0 = omp_get_max_threads()), dynamic
+//     schedule; inside an active parallel region it runs serially, so gattn never nests teams;
+//   - serial(): the calling thread only (what a caller that parallelises over layers or requests wants);
+//   - custom(fn, user, concurrency): the caller's own pool. fn(user, n, body, run) must call
+//     run(body, begin, end) for disjoint ranges covering [0, n) exactly once, on any threads, and
+//     return after all have finished. `concurrency` is how many threads may run at once (work is
+//     split to feed that many).
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/core/error.hpp"
+#include "gattn/core/types.hpp"
+
+namespace gattn {
+
+class execution_context {
+ public:
+  using range_fn = void (*)(void* body, index begin, index end);
+  using parallel_for_fn = void (*)(void* user, index n, void* body, range_fn run);
+
+  /// OpenMP with its default team size.
+  execution_context() = default;
+  static execution_context with_threads(int threads) {
+    detail::require<config_error>(threads >= 0, "execution_context: threads=", threads, " must be >= 0");
+    execution_context e;
+    e.threads_ = threads;
+    return e;
+  }
+  static execution_context serial() { return with_threads(1); }
+  static execution_context custom(parallel_for_fn fn, void* user, int concurrency) {
+    detail::require<config_error>(fn != nullptr, "execution_context: custom parallel_for is null");
+    detail::require<config_error>(concurrency >= 1, "execution_context: concurrency=", concurrency, " must be >= 1");
+    execution_context e;
+    e.fn_ = fn;
+    e.user_ = user;
+    e.threads_ = concurrency;
+    return e;
+  }
+
+  /// Threads a parallel_for may keep busy (>= 1). Inside an OpenMP parallel region: 1.
+  int concurrency() const {
+    if (fn_) return threads_;
+#ifdef _OPENMP
+    if (omp_in_parallel()) return 1;
+    return threads_ > 0 ? threads_ : omp_get_max_threads();
+#else
+    return 1;
+#endif
+  }
+
+  /// Calls f(i) for every i in [0, n), possibly concurrently; returns when all are done.
+  /// f must not throw (an exception cannot cross an OpenMP region or a caller's pool).
+  template <class F>
+  void parallel_for(index n, F&& f) const {
+    if (n <= 0) return;
+    const int team = int(std::min<index>(concurrency(), n));
+    if (team <= 1) {
+      for (index i = 0; i < n; ++i) f(i);
+      return;
+    }
+    if (fn_) {
+      using body_t = std::remove_reference_t<F>;
+      fn_(user_, n, const_cast<void*>(static_cast<const void*>(&f)), [](void* body, index begin, index end) {
+        body_t& g = *static_cast<body_t*>(body);
+        for (index i = begin; i < end; ++i) g(i);
+      });
+      return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
+    for (index i = 0; i < n; ++i) f(i);
+#endif
+  }
+
+ private:
+  parallel_for_fn fn_ = nullptr;
+  void* user_ = nullptr;
+  int threads_ = 0;  ///< OpenMP: 0 = default team; custom: concurrency
+};
+
+}  // namespace gattn
