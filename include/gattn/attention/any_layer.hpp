@@ -36,14 +36,29 @@ class any_layer {
     if (auto* m = std::get_if<mla_layer>(&impl_)) m->set_form(f);
   }
 
-  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s = nullptr) const {
-    std::visit([&](const auto& l) { l.forward(x, y, s); }, impl_);
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s = nullptr,
+               const execution_context& exec = {}) const {
+    std::visit([&](const auto& l) { l.forward(x, y, s, exec); }, impl_);
   }
-  void prefill(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr) const {
-    std::visit([&](const auto& l) { l.prefill(x, c, y, s); }, impl_);
+  void prefill(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr,
+               const execution_context& exec = {}) const {
+    std::visit([&](const auto& l) { l.prefill(x, c, y, s, exec); }, impl_);
   }
-  void decode(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr) const {
-    std::visit([&](const auto& l) { l.decode(x, c, y, s); }, impl_);
+  void decode(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s = nullptr,
+              const execution_context& exec = {}) const {
+    std::visit([&](const auto& l) { l.decode(x, c, y, s, exec); }, impl_);
+  }
+  /// A batch of sequences (SPEC §11; see gqa_layer::step).
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
+            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
+            statistics_observer* s = nullptr) const {
+    std::visit([&](const auto& l) { l.step(x, cu_seqlens, batch, caches, y, ws, exec, s); }, impl_);
+  }
+  /// Sizes `ws` for calls of up to max_tokens rows in max_batch sequences of at most max_context
+  /// cached tokens (GQA's workspace does not depend on the context).
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context) const {
+    if (const auto* m = std::get_if<mla_layer>(&impl_)) m->reserve(ws, max_tokens, max_batch, max_context);
+    else std::get<gqa_layer>(impl_).reserve(ws, max_tokens, max_batch);
   }
 
  private:

@@ -6,13 +6,16 @@
 #include <cmath>
 #include <vector>
 
+#include "gattn/attention/batch.hpp"
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/attention/sequence_cache.hpp"
 #include "gattn/attention/sdpa_function.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
@@ -36,34 +39,79 @@ class gqa_layer {
 
   /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for
   /// causal and non-causal layers.
-  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr) const {
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr,
+               const execution_context& exec = {}) const {
     detail::check_call_rows("gqa_layer", x.rows, 0, values_per_token(cfg_));
     layer_workspace ws;
-    run(x, y, nullptr, ws, stats);
+    const index cu[2] = {0, x.rows};
+    step_impl(x, cu, 1, nullptr, y, ws, exec, stats);
   }
 
   /// Appends x's T tokens to `cache` (positions cache.size() ...) and writes their outputs.
   /// A non-empty cache makes this a chunked prefill or a decode step, which need a causal layer.
+  /// A batch of one (step()) with the cache's own workspace.
   void prefill(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
-               statistics_observer* stats = nullptr) const {
-    detail::require<cache_error>(cfg_.causal || cache.size() == 0,
-                                 "gqa_layer: a non-causal layer cannot continue a sequence from a cache (cache holds ",
-                                 cache.size(), " tokens); run it on the whole sequence at once");
-    detail::require<shape_error>(cache.key_width() == kv_width() && cache.value_width() == kv_width(),
-                                 "gqa_layer: cache rows are ", cache.key_width(), "/", cache.value_width(),
-                                 " wide, the layer needs ", kv_width(), " (kv_heads * head_dim)");
-    detail::check_call_rows("gqa_layer", x.rows, 0, values_per_token(cfg_));  // the cache is already allocated
-    run(x, y, &cache, cache.workspace(), stats);
+               statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    sequence_cache handle(cache);
+    const index cu[2] = {0, x.rows};
+    step(x, cu, 1, &handle, y, cache.workspace(), exec, stats);
   }
 
   /// Token-by-token decode: the same as prefill() of the new rows.
   void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
-              statistics_observer* stats = nullptr) const {
+              statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
     detail::require<cache_error>(cfg_.causal, "gqa_layer: decode needs a causal layer (causal=false)");
-    prefill(x, cache, y, stats);
+    prefill(x, cache, y, stats, exec);
+  }
+
+  /// A batch of B sequences (SPEC §11): sequence s's new rows are x[cu_seqlens[s], cu_seqlens[s+1])
+  /// (prefill chunks and single decode tokens mixed), appended to caches[s] at its own positions;
+  /// its outputs go to the same rows of y. One projection GEMM serves all N = cu_seqlens[B] rows;
+  /// each sequence attends only to its own cache. Every check (shapes, cu_seqlens, each cache's
+  /// widths and room, the f16 range of the new rows) passes before anything is appended to any
+  /// cache. `ws` is the caller's (one per concurrent call); `stats` sees the rows in batch order.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
+            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
+            statistics_observer* stats = nullptr) const {
+    detail::require<cache_error>(caches != nullptr, "gqa_layer: step needs one cache per sequence (caches is null)");
+    step_impl(x, cu_seqlens, batch, caches, y, ws, exec, stats);
+  }
+
+  /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences, so that such calls
+  /// (without statistics) allocate nothing.
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch) const {
+    fit_workspace(ws, max_tokens, max_batch, false);
   }
 
  private:
+  /// What every call does, decided once from the config: the projection's column layout and
+  /// where the gate acts.
+  struct plan {
+    index q_width = 0, kv_width = 0, n_cols = 0;
+    index col_k = 0, col_v = 0, col_extra = 0;
+    gate_shape gate;
+    bool gated = false;
+    gate_position site = gate_position::g1;
+
+    static plan of(const gqa_config& c) {
+      plan p;
+      p.q_width = c.q_heads * c.head_dim;
+      p.kv_width = c.kv_heads * c.head_dim;
+      p.col_k = p.q_width;
+      p.col_v = p.col_k + p.kv_width;
+      p.col_extra = p.col_v + p.kv_width;
+      p.gate = shape_of_gate(c);
+      p.gated = c.gate.enabled;
+      p.site = c.gate.position;
+      index extra = 0;
+      if (p.gated && c.gate.source == gate_source::low_rank) extra = c.gate.rank;
+      else if (p.gated) extra = p.gate.scores();  // fused_q's block or g_proj's rows
+      p.n_cols = p.col_extra + extra;
+      return p;
+    }
+    bool gate_at(gate_position where) const { return gated && site == where; }
+  };
+
   index kv_width() const { return cfg_.kv_heads * cfg_.head_dim; }
 
   // Column layout of the fused projection output P [T, n_cols]:
@@ -136,128 +184,182 @@ class gqa_layer {
     if (cfg_.output_norm != norm_kind::none) o_norm_ = w.get("o_norm.weight", {D}).data;
   }
 
-  void run(matrix_view<const float> x, matrix_view<float> y, kv_cache* cache, layer_workspace& ws,
-           statistics_observer* stats) const {
-    const index T = x.rows, d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
-    detail::require<shape_error>(x.cols == d && y.cols == d && y.rows == T && x.row_stride >= d && y.row_stride >= d,
-                                 "gqa_layer: x is [", x.rows, ", ", x.cols, "] and y is [", y.rows, ", ", y.cols,
-                                 "]; both must be [T, hidden_size=", d, "]");
-    if (T == 0) return;
-    const index pos0 = cache ? cache->size() : 0;
-    if (cache) cache->check_room(T);
-    const gate_config& g = cfg_.gate;
-
-    // 1. one GEMM for q, k, v and the gate scores
-    layer_workspace::fit(ws.projections, T * n_cols_);
+  void step_impl(matrix_view<const float> x, const index* cu, index batch, sequence_cache* caches,
+                 matrix_view<float> y, layer_workspace& ws, const execution_context& exec,
+                 statistics_observer* stats) const {
+    const index N = detail::check_batch_rows("gqa_layer", x, cu, batch, y, cfg_.hidden, values_per_token(cfg_));
+    if (caches)
+      detail::check_batch_caches("gqa_layer", caches, cu, batch, plan_.kv_width, plan_.kv_width,
+                                 "(kv_heads * head_dim)", cfg_.causal,
+                                 values_per_token(cfg_));
+    if (N == 0) return;
+    fit_workspace(ws, N, batch, stats != nullptr);  // before any cache changes: growing may throw
     float* P = ws.projections.data();
-    qkvg_.apply(x.data, T, x.row_stride, P, n_cols_);
+    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols);
     gate_scores u;
-    if (g.enabled) u = resolve_gate_scores(g, gate_, P + col_extra(), n_cols_, T, gate_b_, ws, stats);
+    if (plan_.gated) u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws, stats);
+    pre_sdpa_gates(P, N, u);
+    norm_and_rope(P, cu, batch, caches, ws);
+    store_keys_and_values(P, cu, batch, caches);
+    attend(P, cu, batch, caches, u, ws, exec, stats);
+    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride);
+    if (plan_.gate_at(gate_position::g5))
+      apply_gate_rows(y.data, N, y.row_stride, 0, plan_.gate, u, cfg_.gate.activation, cfg_.gate.combine);
+    if (stats)
+      for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
+  }
 
-    // 2. G2 / G3 / G4 gate the projection outputs
-    if (g.enabled && g.position == gate_position::g2) apply_gate_rows(P + col_v(), T, n_cols_, D, gate_, u, g.activation, g.combine);
-    if (g.enabled && g.position == gate_position::g3) apply_gate_rows(P + col_k(), T, n_cols_, D, gate_, u, g.activation, g.combine);
-    if (g.enabled && g.position == gate_position::g4) apply_gate_rows(P, T, n_cols_, D, gate_, u, g.activation, g.combine);
+  // Every buffer a call of N rows in `batch` sequences writes (the low-rank and statistics ones
+  // are grown where they are used: they are not on the decode path).
+  void fit_workspace(layer_workspace& ws, index N, index batch, bool stats) const {
+    layer_workspace::fit(ws.projections, N * plan_.n_cols);
+    layer_workspace::fit(ws.gated, N * plan_.q_width);
+    layer_workspace::fit(ws.rope, 2 * rope_.half());
+    layer_workspace::fit(ws.problems, batch);
+    if (cfg_.gate.enabled && cfg_.gate.source == gate_source::low_rank)
+      layer_workspace::fit(ws.gate_scores, N * plan_.gate.scores());
+    if (stats) {
+      layer_workspace::fit(ws.lse, N * cfg_.q_heads);
+      layer_workspace::fit(ws.attention, N * plan_.q_width);
+      layer_workspace::fit(ws.activated, N * plan_.gate.scores());
+    }
+  }
 
-    // 3. QK-norm and 4. RoPE, in place
+  // G2 / G3 / G4 gate the projection outputs (v, k or q) of every row.
+  void pre_sdpa_gates(float* P, index N, const gate_scores& u) const {
+    const gate_config& g = cfg_.gate;
+    const index D = cfg_.head_dim;
+    if (plan_.gate_at(gate_position::g2)) apply_gate_rows(P + plan_.col_v, N, plan_.n_cols, D, plan_.gate, u, g.activation, g.combine);
+    if (plan_.gate_at(gate_position::g3)) apply_gate_rows(P + plan_.col_k, N, plan_.n_cols, D, plan_.gate, u, g.activation, g.combine);
+    if (plan_.gate_at(gate_position::g4)) apply_gate_rows(P, N, plan_.n_cols, D, plan_.gate, u, g.activation, g.combine);
+  }
+
+  // QK-norm and RoPE in place; sequence s's rows continue its cache's positions.
+  void norm_and_rope(float* P, const index* cu, index batch, const sequence_cache* caches, layer_workspace& ws) const {
+    const index Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const bool zc = cfg_.qk_norm == norm_kind::rms_zero_centered;
-    rope_rotator rope = rope_;  // a copy: its cos/sin tables are per call
-    rope.prepare(pos0, T);
-    for (index t = 0; t < T; ++t) {
-      float* row = P + t * n_cols_;
-      for (index h = 0; h < Hq + Hkv; ++h) {
-        float* head = row + h * D;  // q heads then k heads are contiguous in P
-        if (cfg_.qk_norm != norm_kind::none) rms_norm(head, (h < Hq ? q_norm_ : k_norm_).data(), D, eps, zc);
-        rope.rotate(head, pos0 + t);
+    float* cos = ws.rope.data();
+    float* sin = cos + rope_.half();
+    for (index s = 0; s < batch; ++s) {
+      const index pos0 = caches ? caches[s].size() : 0;
+      for (index t = cu[s]; t < cu[s + 1]; ++t) {
+        float* row = P + t * plan_.n_cols;
+        if (rope_.active()) rope_.angles(pos0 + t - cu[s], cos, sin);
+        for (index h = 0; h < Hq + Hkv; ++h) {
+          float* head = row + h * D;  // q heads then k heads are contiguous in P
+          if (cfg_.qk_norm != norm_kind::none) rms_norm(head, (h < Hq ? q_norm_ : k_norm_).data(), D, eps, zc);
+          rope_.rotate(head, cos, sin);
+        }
       }
     }
+  }
 
-    // 5. the cache
-    const float* K = P + col_k();
-    const float* V = P + col_v();
-    index kv_stride = n_cols_, t_k = T;
-    storage_type kv_type = storage_type::f32;
-    const std::uint16_t *k_bits = nullptr, *v_bits = nullptr;
-    if (cache) {
-      // Rounded to the cache's element type (SPEC §10); an f16 cache refuses out-of-range rows
-      // before writing any.
-      cache->append(P + col_k(), n_cols_, P + col_v(), n_cols_, T);
-      kv_type = cache->storage();
-      if (kv_type == storage_type::f32) {
-        K = cache->key(0);
-        V = cache->value(0);
+  // The new K/V rows into each sequence's cache, rounded to its element type (SPEC §10); every
+  // sequence's rows are range-checked before any is appended. Without a cache the rows are rounded
+  // in place to what a cache would hold, so that forward() and prefill() agree.
+  void store_keys_and_values(float* P, const index* cu, index batch, sequence_cache* caches) const {
+    const index w = plan_.kv_width, stride = plan_.n_cols;
+    if (!caches) {
+      detail::round_rows_in_place(cfg_.kv_cache_type, P + plan_.col_k, stride, cu[batch], 2 * w);
+      return;
+    }
+    for (index s = 0; s < batch; ++s) {
+      const float* rows = P + cu[s] * stride;
+      detail::check_f16_rows(caches[s], s, rows + plan_.col_k, stride, cu[s + 1] - cu[s], w, "key");
+      detail::check_f16_rows(caches[s], s, rows + plan_.col_v, stride, cu[s + 1] - cu[s], w, "value");
+    }
+    for (index s = 0; s < batch; ++s) {
+      const float* rows = P + cu[s] * stride;
+      caches[s].append(rows + plan_.col_k, stride, rows + plan_.col_v, stride, cu[s + 1] - cu[s]);
+    }
+  }
+
+  // SDPA of every sequence over its own keys, with the output norm and the G1 gate in the kernel's
+  // epilogue; into ws.gated [N, H_q·D].
+  void attend(const float* P, const index* cu, index batch, const sequence_cache* caches, const gate_scores& u,
+              layer_workspace& ws, const execution_context& exec, statistics_observer* stats) const {
+    const sdpa_params base = problem_template(u);
+    index count = 0;
+    for (index s = 0; s < batch; ++s) {
+      const index n = cu[s + 1] - cu[s];
+      if (n == 0) continue;
+      sdpa_params& p = ws.problems[std::size_t(count++)];
+      p = base;
+      p.t_q = n;
+      p.q = P + cu[s] * plan_.n_cols;
+      if (caches) {
+        caches[s].bind(p);
       } else {
-        k_bits = cache->key_bits(0);
-        v_bits = cache->value_bits(0);
+        p.k = p.q + plan_.col_k;
+        p.v = p.q + plan_.col_v;
+        p.k_token_stride = p.v_token_stride = plan_.n_cols;
+        p.t_k = n;
       }
-      kv_stride = kv_width();
-      t_k = cache->size();
-    } else if (cfg_.kv_cache_type != storage_type::f32) {
-      // Without a cache the layer still attends over the values a cache would hold, so that
-      // forward() and prefill() agree.
-      detail::round_rows_in_place(cfg_.kv_cache_type, P + col_k(), n_cols_, T, 2 * kv_width());
+      p.out = ws.gated.data() + cu[s] * plan_.q_width;
+      if (p.epilogue.gate_scores) p.epilogue.gate_scores += cu[s] * u.token_stride;
+      if (stats) p.lse = ws.lse.data() + cu[s] * cfg_.q_heads;
     }
+    if (!stats) {
+      run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+      return;
+    }
+    for (index i = 0; i < count; ++i) ws.problems[std::size_t(i)].epilogue = sdpa_epilogue{};
+    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+    observe_attention(ws, count, base.epilogue, u, *stats);
+  }
 
-    // 6.-8. SDPA, output norm and the G1 gate in the kernel's epilogue
+  // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of every row:
+  // the kernel ran bare; here the same epilogue is applied with the vector ops.
+  void observe_attention(layer_workspace& ws, index count, const sdpa_epilogue& epi, const gate_scores& u,
+                         statistics_observer& stats) const {
+    index N = 0;
+    for (index i = 0; i < count; ++i) {
+      observe_first_token_attention(ws.problems[std::size_t(i)], stats);
+      N += ws.problems[std::size_t(i)].t_q;
+    }
+    std::copy_n(ws.gated.data(), N * plan_.q_width, ws.attention.data());
+    for (index i = 0; i < count; ++i) {
+      const sdpa_params& p = ws.problems[std::size_t(i)];
+      sdpa_epilogue e = epi;
+      const index row0 = (p.out - ws.gated.data()) / plan_.q_width;
+      if (e.gate_scores) e.gate_scores = u.data + row0 * u.token_stride;
+      apply_sdpa_epilogue(p, e);
+    }
+    const bool sparsity = plan_.gate_at(gate_position::g1) && cfg_.gate.combine == combine::mul &&
+                          cfg_.output_norm == norm_kind::none;
+    if (sparsity) stats.add_sdpa_and_gated(ws.attention.data(), ws.gated.data(), N * plan_.q_width);
+  }
+
+  // The fields every sequence's problem shares: shapes, strides, scale, the epilogue.
+  sdpa_params problem_template(const gate_scores& u) const {
+    const index D = cfg_.head_dim;
     sdpa_params p;
-    p.t_q = T;
-    p.t_k = t_k;
-    p.q_heads = Hq;
-    p.kv_heads = Hkv;
+    p.q_heads = cfg_.q_heads;
+    p.kv_heads = cfg_.kv_heads;
     p.d_qk = p.d_v = D;
-    p.q = P;
-    p.q_token_stride = n_cols_;
+    p.q_token_stride = plan_.n_cols;
     p.q_head_stride = D;
-    p.k = K;
-    p.v = V;
-    p.kv_type = kv_type;
-    p.k_bits = k_bits;
-    p.v_bits = v_bits;
-    p.k_token_stride = p.v_token_stride = kv_stride;
     p.k_head_stride = p.v_head_stride = D;
-    layer_workspace::fit(ws.gated, T * Hq * D);
-    p.out = ws.gated.data();
-    p.out_token_stride = Hq * D;
+    p.out_token_stride = plan_.q_width;
     p.out_head_stride = D;
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
-    sdpa_epilogue epi;
+    sdpa_epilogue& epi = p.epilogue;
     epi.out_norm = cfg_.output_norm;
     epi.out_norm_weight = o_norm_.empty() ? nullptr : o_norm_.data();
-    epi.out_norm_eps = eps;
-    if (g.enabled && g.position == gate_position::g1) {
+    epi.out_norm_eps = float(cfg_.rms_norm_eps);
+    if (plan_.gate_at(gate_position::g1)) {
+      const gate_config& g = cfg_.gate;
       epi.gate_scores = u.data;
       epi.gate_token_stride = u.token_stride;
       epi.gate_head_stride = u.head_stride;
-      epi.gate_headwise = gate_.per_head == 1;
+      epi.gate_headwise = plan_.gate.per_head == 1;
       epi.gate_activation = g.activation;
       epi.gate_combine = g.combine;
       epi.gate_rounding = g.rounding;
     }
-    if (!stats) {
-      p.epilogue = epi;
-      sdpa_(p);
-    } else {
-      // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of
-      // every row: run the kernel bare, then apply the same epilogue with the vector ops.
-      layer_workspace::fit(ws.lse, Hq * T);
-      p.lse = ws.lse.data();
-      sdpa_(p);
-      observe_first_token_attention(p, *stats);
-      layer_workspace::fit(ws.attention, T * Hq * D);
-      std::copy_n(ws.gated.data(), T * Hq * D, ws.attention.data());
-      apply_sdpa_epilogue(p, epi);
-      const bool sparsity = g.enabled && g.position == gate_position::g1 && g.combine == combine::mul &&
-                            cfg_.output_norm == norm_kind::none;
-      if (sparsity) stats->add_sdpa_and_gated(ws.attention.data(), ws.gated.data(), T * Hq * D);
-    }
-
-    // 9. o_proj, then G5
-    o_.apply(ws.gated.data(), T, Hq * D, y.data, y.row_stride);
-    if (g.enabled && g.position == gate_position::g5) apply_gate_rows(y.data, T, y.row_stride, 0, gate_, u, g.activation, g.combine);
-    if (stats)
-      for (index t = 0; t < T; ++t) stats->add_output(y.row(t), d);
+    return p;
   }
 
   gqa_config cfg_;
@@ -267,6 +369,7 @@ class gqa_layer {
   linear_map qkvg_, gate_b_, o_;
   std::vector<float> q_norm_, k_norm_, o_norm_;
   sdpa_function sdpa_ = &kernel_sdpa;
+  plan plan_ = plan::of(cfg_);
 };
 
 }  // namespace gattn

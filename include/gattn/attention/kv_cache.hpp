@@ -13,18 +13,26 @@
 #include "gattn/core/memory.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
+#include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/convert.hpp"
 
 namespace gattn {
 
-/// Scratch buffers a layer reuses across calls on one sequence, so that decode does not touch
-/// fresh pages every token (4 KiB page faults are expensive). Contents are meaningless between calls.
+/// Scratch a layer reuses across calls, owned by the caller (one per concurrent caller: a call
+/// writes into it), so that decode neither allocates nor touches fresh pages every token (4 KiB
+/// page faults are expensive). A layer's reserve() sizes it ahead; a call grows what is still too
+/// small before it appends to any cache. Contents are meaningless between calls.
 struct layer_workspace {
   std::vector<float> projections, gate_scores, low_rank, attention, gated, activated, scratch;
-  std::vector<float> latent;  ///< MLA: new latent rows before a bf16/f16 cache rounds them; the widened cache
+  std::vector<float> latent;           ///< MLA: the new latent rows of a call
+  std::vector<float> expanded_latent;  ///< MLA: a sequence's widened cache (expanded form)
   std::vector<float> lse;
+  std::vector<float> rope;    ///< cos and sin of one position
+  std::vector<sdpa_params> problems;  ///< one SDPA problem per sequence of a batch
+  std::vector<unsigned char> flags;   ///< one per sequence (MLA: the sequence runs the absorbed form)
 
-  static void fit(std::vector<float>& v, index n) {
+  template <class T>
+  static void fit(std::vector<T>& v, index n) {
     if (index(v.size()) < n) v.resize(std::size_t(n));
   }
 };
@@ -113,6 +121,26 @@ class kv_cache {
     if (value_width_ > 0 && v != nullptr) write_rows(values_, value_bits_, value_width_, v, v_stride, n);
     size_ += n;
   }
+  /// Points p's K/V fields at the stored rows: kv_type, k/v (f32) or k_bits/v_bits, token
+  /// strides and t_k = size(). A cache without value rows (MLA's latent) serves as both K and V.
+  /// Head strides are the caller's: they depend on how a row splits into heads.
+  void bind(sdpa_params& p) const {
+    const bool shared = value_width_ == 0;
+    p.kv_type = type_;
+    p.k = p.v = nullptr;
+    p.k_bits = p.v_bits = nullptr;
+    if (type_ == storage_type::f32) {
+      p.k = keys_.data();
+      p.v = shared ? keys_.data() : values_.data();
+    } else {
+      p.k_bits = key_bits_.data();
+      p.v_bits = shared ? key_bits_.data() : value_bits_.data();
+    }
+    p.k_token_stride = key_width_;
+    p.v_token_stride = shared ? key_width_ : value_width_;
+    p.t_k = size_;
+  }
+
   /// Widens key row t (key_width values) into dst, whatever the element type.
   void widen_key(index t, float* dst) const { widen_row(keys_, key_bits_, key_width_, t, dst); }
   void widen_value(index t, float* dst) const { widen_row(values_, value_bits_, value_width_, t, dst); }

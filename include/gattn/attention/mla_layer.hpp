@@ -6,13 +6,16 @@
 #include <cmath>
 #include <vector>
 
+#include "gattn/attention/batch.hpp"
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/gate_source.hpp"
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/attention/sequence_cache.hpp"
 #include "gattn/attention/sdpa_function.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
@@ -53,32 +56,64 @@ class mla_layer {
   }
 
   /// One whole sequence without a cache (positions 0..T-1).
-  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr) const {
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr,
+               const execution_context& exec = {}) const {
     detail::check_call_rows("mla_layer", x.rows, 0, values_per_token(cfg_));
     kv_cache cache(cfg_, x.rows);
-    run(x, y, cache, stats);
+    prefill(x, cache, y, stats, exec);
   }
 
   /// Appends x's tokens to the latent cache and writes their outputs (chunked prefill when the
-  /// cache is not empty, which needs a causal layer).
+  /// cache is not empty, which needs a causal layer). A batch of one (step()) with the cache's
+  /// own workspace.
   void prefill(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
-               statistics_observer* stats = nullptr) const {
-    detail::require<cache_error>(cfg_.causal || cache.size() == 0,
-                                 "mla_layer: a non-causal layer cannot continue a sequence from a cache (cache holds ",
-                                 cache.size(), " tokens)");
-    detail::require<shape_error>(cache.key_width() == latent_width() && cache.value_width() == 0,
-                                 "mla_layer: cache rows are ", cache.key_width(), "/", cache.value_width(),
-                                 " wide, the layer needs a latent cache of ", latent_width(),
-                                 " (kv_lora_rank + qk_rope_head_dim) with no value rows");
-    // the expanded form re-expands every cached key: its workspace grows with the cache too
-    detail::check_call_rows("mla_layer", x.rows, cache.size(), values_per_token(cfg_));
-    run(x, y, cache, stats);
+               statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    sequence_cache handle(cache);
+    const index cu[2] = {0, x.rows};
+    step(x, cu, 1, &handle, y, cache.workspace(), exec, stats);
   }
 
   void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
-              statistics_observer* stats = nullptr) const {
+              statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
     detail::require<cache_error>(cfg_.causal, "mla_layer: decode needs a causal layer (causal=false)");
-    prefill(x, cache, y, stats);
+    prefill(x, cache, y, stats, exec);
+  }
+
+  /// A batch of B sequences (SPEC §11), as gqa_layer::step: rows x[cu_seqlens[s], cu_seqlens[s+1])
+  /// continue caches[s] (a latent cache each); one projection GEMM over all rows; the form
+  /// (absorbed or expanded) is chosen per sequence. Nothing is appended unless every check passes.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
+            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
+            statistics_observer* stats = nullptr) const {
+    const index per_token = values_per_token(cfg_);
+    const index N = detail::check_batch_rows("mla_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
+    detail::require<cache_error>(caches != nullptr, "mla_layer: step needs one cache per sequence (caches is null)");
+    detail::check_batch_caches("mla_layer", caches, cu_seqlens, batch, latent_width(), 0,
+                                "(a latent cache: kv_lora_rank + qk_rope_head_dim, no value rows)", cfg_.causal, per_token);
+    if (N == 0) return;
+    prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
+    float* P = ws.projections.data();
+    first_.apply(x.data, N, x.row_stride, P, n_cols_);
+    float* q = ws.scratch.data();  // [N, H, d_nope + d_rope]
+    queries(P, N, q);
+    latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
+    store_latent(ws.latent.data(), cu_seqlens, batch, caches);
+    gate_scores u;
+    if (cfg_.gate.enabled) u = resolve_gate_scores(cfg_.gate, gate_, P + col_extra(), n_cols_, N, gate_b_, ws, stats);
+    attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
+    post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
+    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride);
+    if (stats)
+      for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
+  }
+
+  /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences over at most
+  /// `max_context` cached tokens each, so that such calls (without statistics) allocate nothing.
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context) const {
+    fit_rows(ws, max_tokens, max_batch, false);
+    const index H = cfg_.heads;
+    layer_workspace::fit(ws.attention, max_tokens * H * (latent_width() + cfg_.kv_lora_rank));
+    if (!absorbable_ || form_ != mla_form::absorbed) fit_expanded(ws, max_context);
   }
 
  private:
@@ -143,171 +178,236 @@ class mla_layer {
     o_ = make_linear(w.get("o_proj.weight", {d, H * dv}), w.find("o_proj.bias", {d}));
   }
 
-  void run(matrix_view<const float> x, matrix_view<float> y, kv_cache& cache, statistics_observer* stats) const {
-    const index T = x.rows, d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dr = cfg_.qk_rope_head_dim;
-    const index dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank, Q = qk();
-    detail::require<shape_error>(x.cols == d && y.cols == d && y.rows == T && x.row_stride >= d && y.row_stride >= d,
-                                 "mla_layer: x is [", x.rows, ", ", x.cols, "] and y is [", y.rows, ", ", y.cols,
-                                 "]; both must be [T, hidden_size=", d, "]");
-    if (T == 0) return;
-    cache.check_room(T);
-    const index pos0 = cache.size();
-    layer_workspace& ws = cache.workspace();
-    const float eps = float(cfg_.rms_norm_eps);
+  // Buffers whose size follows the rows of the call.
+  void fit_rows(layer_workspace& ws, index N, index batch, bool stats) const {
+    const index H = cfg_.heads, dv = cfg_.v_head_dim;
+    layer_workspace::fit(ws.projections, N * n_cols_);
+    layer_workspace::fit(ws.scratch, N * H * qk() + (stats ? N * H * dv : 0));
+    layer_workspace::fit(ws.latent, N * latent_width());
+    layer_workspace::fit(ws.gated, N * H * dv);
+    layer_workspace::fit(ws.rope, 2 * rope_.half());
+    layer_workspace::fit(ws.problems, batch);
+    layer_workspace::fit(ws.flags, batch);
+    if (cfg_.gate.enabled && cfg_.gate.source == gate_source::low_rank)
+      layer_workspace::fit(ws.gate_scores, N * gate_.scores());
+    if (stats) {
+      layer_workspace::fit(ws.lse, N * H);
+      layer_workspace::fit(ws.activated, N * gate_.scores());
+    }
+  }
+  // The expanded form's keys and values of `t_k` tokens, and the widened latent they come from.
+  void fit_expanded(layer_workspace& ws, index t_k) const {
+    const index H = cfg_.heads;
+    layer_workspace::fit(ws.attention, t_k * H * (cfg_.qk_nope_head_dim + cfg_.v_head_dim) + t_k * H * qk());
+    layer_workspace::fit(ws.expanded_latent, t_k * latent_width());
+  }
 
-    // 1.-2. one GEMM for q (or q_a), kv_a and the gate scores; then q_b when q is low-rank
-    layer_workspace::fit(ws.projections, T * n_cols_);
-    float* P = ws.projections.data();
-    first_.apply(x.data, T, x.row_stride, P, n_cols_);
-    layer_workspace::fit(ws.scratch, T * H * Q);
-    float* q = ws.scratch.data();  // [T, H, d_nope + d_rope]
+  // Chooses each sequence's form (ws.flags: 1 = absorbed) and grows every buffer the call writes.
+  void prepare_call(const index* cu, index batch, const sequence_cache* caches, layer_workspace& ws,
+                    bool stats) const {
+    const index N = cu[batch];
+    fit_rows(ws, N, batch, stats);
+    index absorbed_rows = 0, longest_expanded = 0;
+    for (index s = 0; s < batch; ++s) {
+      const index n = cu[s + 1] - cu[s], t_k = caches[s].size() + n;
+      const bool absorbed = absorbable_ && choose_form(n, t_k) == mla_form::absorbed;
+      ws.flags[std::size_t(s)] = absorbed ? 1 : 0;
+      if (absorbed) absorbed_rows += n;
+      else longest_expanded = std::max(longest_expanded, t_k);
+    }
+    const index H = cfg_.heads;
+    layer_workspace::fit(ws.attention, absorbed_rows * H * (latent_width() + cfg_.kv_lora_rank));
+    if (longest_expanded > 0) fit_expanded(ws, longest_expanded);
+  }
+
+  // q [N, H, d_nope + d_rope]: from q_b over the normalised q_a, or the first projection's columns.
+  void queries(float* P, index N, float* q) const {
+    const index HQ = cfg_.heads * qk();
     if (cfg_.q_lora_rank > 0) {
-      for (index t = 0; t < T; ++t) rms_norm(P + t * n_cols_, q_a_norm_.data(), cfg_.q_lora_rank, eps, false);
-      q_b_.apply(P, T, n_cols_, q, H * Q);
+      for (index t = 0; t < N; ++t) rms_norm(P + t * n_cols_, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
+      q_b_.apply(P, N, n_cols_, q, HQ);
     } else {
-      for (index t = 0; t < T; ++t) std::copy_n(P + t * n_cols_, H * Q, q + t * H * Q);
+      for (index t = 0; t < N; ++t) std::copy_n(P + t * n_cols_, HQ, q + t * HQ);
     }
-    // the new latent rows: normalised c, roped k_rope -> cache
-    rope_rotator rope = rope_;
-    rope.prepare(pos0, T);
-    // An f32 cache takes the rows in place; a bf16/f16 one gets them rounded by append(), which
-    // checks every row of the call before writing any (SPEC §10).
+  }
+
+  // The new latent rows [N, d_c + d_rope] (normalised c, roped k_rope) into ws.latent, and RoPE on
+  // q_rope; sequence s's rows continue its cache's positions.
+  void latent_and_rope(const float* P, float* q, const index* cu, index batch, const sequence_cache* caches,
+                       layer_workspace& ws) const {
+    const index L = latent_width(), dc = cfg_.kv_lora_rank, H = cfg_.heads, Q = qk(), dn = cfg_.qk_nope_head_dim;
+    float* cos = ws.rope.data();
+    float* sin = cos + rope_.half();
+    for (index s = 0; s < batch; ++s) {
+      const index pos0 = caches[s].size();
+      for (index t = cu[s]; t < cu[s + 1]; ++t) {
+        float* row = ws.latent.data() + t * L;
+        std::copy_n(P + t * n_cols_ + col_kva(), L, row);
+        rms_norm(row, kv_a_norm_.data(), dc, float(cfg_.rms_norm_eps), false);
+        if (rope_.active()) rope_.angles(pos0 + t - cu[s], cos, sin);
+        rope_.rotate(row + dc, cos, sin);
+        for (index h = 0; h < H; ++h) rope_.rotate(q + (t * H + h) * Q + dn, cos, sin);
+      }
+    }
+  }
+
+  // Every sequence's rows are range-checked (f16 caches) before any is appended; each cache rounds
+  // its rows to its element type (SPEC §10).
+  void store_latent(const float* latent, const index* cu, index batch, sequence_cache* caches) const {
     const index L = latent_width();
-    const bool f32_cache = cache.storage() == storage_type::f32;
-    if (!f32_cache) layer_workspace::fit(ws.latent, T * L);
-    float* new_rows = f32_cache ? cache.key(pos0) : ws.latent.data();
-    for (index t = 0; t < T; ++t) {
-      float* row = new_rows + t * L;
-      std::copy_n(P + t * n_cols_ + col_kva(), L, row);
-      rms_norm(row, kv_a_norm_.data(), dc, eps, false);
-      rope.rotate(row + dc, pos0 + t);
-      for (index h = 0; h < H; ++h) rope.rotate(q + (t * H + h) * Q + dn, pos0 + t);
-    }
-    if (f32_cache) cache.commit(T);
-    else cache.append(new_rows, L, nullptr, 0, T);
-    const index t_k = cache.size();
+    for (index s = 0; s < batch; ++s)
+      detail::check_f16_rows(caches[s], s, latent + cu[s] * L, L, cu[s + 1] - cu[s], L, "latent");
+    for (index s = 0; s < batch; ++s) caches[s].append(latent + cu[s] * L, L, nullptr, 0, cu[s + 1] - cu[s]);
+  }
 
-    // gate scores
-    const gate_config& g = cfg_.gate;
-    gate_scores u;
-    if (g.enabled) u = resolve_gate_scores(g, gate_, P + col_extra(), n_cols_, T, gate_b_, ws, stats);
-
-    // 3.-6. attention: o [T, H, d_v] before the gate
-    layer_workspace::fit(ws.gated, T * H * dv);
-    float* o = ws.gated.data();
-    const mla_form form = absorbable_ ? choose_form(T, t_k) : mla_form::expanded;
+  // The fields every problem of the call shares.
+  sdpa_params problem_template() const {
     sdpa_params p;
-    p.t_q = T;
-    p.t_k = t_k;
-    p.q_heads = H;
+    p.q_heads = cfg_.heads;
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
-    if (stats) {
-      layer_workspace::fit(ws.lse, H * T);
-      p.lse = ws.lse.data();
-    }
-    if (form == mla_form::absorbed) {
-      // q̃_h = q_nope_h W_uk_h (latent width), next to q_rope: the kernel attends over the
-      // cache rows [c | k_rope] as one shared KV head and returns the latent output ō.
-      layer_workspace::fit(ws.attention, T * H * L + T * H * dc);
-      float* qa = ws.attention.data();       // [T, H, d_c + d_rope]
-      float* latent_out = qa + T * H * L;    // [T, H, d_c]
-      using stride = Eigen::OuterStride<>;
-      for (index h = 0; h < H; ++h) {
-        Eigen::Map<const row_matrix, 0, stride> qn(q + h * Q, T, dn, stride(H * Q));
-        Eigen::Map<row_matrix, 0, stride> qt(qa + h * L, T, dc, stride(H * L));
-        qt.noalias() = qn * w_uk_[std::size_t(h)];
-        for (index t = 0; t < T; ++t) std::copy_n(q + (t * H + h) * Q + dn, dr, qa + (t * H + h) * L + dc);
-      }
-      p.kv_heads = 1;
-      p.d_qk = L;
-      p.d_v = dc;
-      p.q = qa;
-      p.q_token_stride = H * L;
-      p.q_head_stride = L;
-      if (f32_cache) {
-        p.k = p.v = cache.key(0);
-      } else {  // the kernel widens each tile of the stored latent as it reads it
-        p.kv_type = cache.storage();
-        p.k_bits = p.v_bits = cache.key_bits(0);
-      }
-      p.k_token_stride = p.v_token_stride = L;
-      p.k_head_stride = p.v_head_stride = 0;
-      p.out = latent_out;
-      p.out_token_stride = H * dc;
-      p.out_head_stride = dc;
-      sdpa_(p);
-      for (index h = 0; h < H; ++h) {  // o_h = ō_h W_uvᵀ
-        Eigen::Map<const row_matrix, 0, stride> lo(latent_out + h * dc, T, dc, stride(H * dc));
-        Eigen::Map<row_matrix, 0, stride> oh(o + h * dv, T, dv, stride(H * dv));
-        oh.noalias() = lo * w_uv_[std::size_t(h)].transpose();
-      }
-      if (stats) observe_first_token_attention(p, *stats);
-    } else {
-      // Expanded: [k_nope | v] for every cached token from its latent, k_rope shared by the heads.
-      const index kv_cols = H * (dn + dv);
-      layer_workspace::fit(ws.attention, t_k * kv_cols + t_k * H * Q);
-      float* kv = ws.attention.data();       // [T_k, H, d_nope + d_v]
-      float* keys = kv + t_k * kv_cols;      // [T_k, H, d_nope + d_rope]
-      // This form re-expands every cached latent anyway: a bf16/f16 cache is widened first.
-      const float* latent = f32_cache ? cache.key(0) : nullptr;
-      if (!f32_cache) {
-        layer_workspace::fit(ws.latent, t_k * L);
-        for (index j = 0; j < t_k; ++j) cache.widen_key(j, ws.latent.data() + j * L);
-        latent = ws.latent.data();
-      }
-      kv_b_.apply(latent, t_k, L, kv, kv_cols);
-      for (index j = 0; j < t_k; ++j)
-        for (index h = 0; h < H; ++h) {
-          float* kh = keys + (j * H + h) * Q;
-          std::copy_n(kv + j * kv_cols + h * (dn + dv), dn, kh);
-          std::copy_n(latent + j * L + dc, dr, kh + dn);
-        }
-      p.kv_heads = H;
-      p.d_qk = Q;
-      p.d_v = dv;
-      p.q = q;
-      p.q_token_stride = H * Q;
-      p.q_head_stride = Q;
-      p.k = keys;
-      p.k_token_stride = H * Q;
-      p.k_head_stride = Q;
-      p.v = kv + dn;
-      p.v_token_stride = kv_cols;
-      p.v_head_stride = dn + dv;
-      p.out = o;
-      p.out_token_stride = H * dv;
-      p.out_head_stride = dv;
-      const bool gate_in_kernel = g.enabled && !stats;
-      if (gate_in_kernel) {
-        p.epilogue.gate_scores = u.data;
-        p.epilogue.gate_token_stride = u.token_stride;
-        p.epilogue.gate_head_stride = u.head_stride;
-        p.epilogue.gate_headwise = gate_.per_head == 1;
-        p.epilogue.gate_activation = g.activation;
-        p.epilogue.gate_combine = g.combine;
-        p.epilogue.gate_rounding = g.rounding;
-      }
-      sdpa_(p);
-      if (stats) observe_first_token_attention(p, *stats);
-    }
-    const bool gate_pending = g.enabled && (form == mla_form::absorbed || stats);
-    if (gate_pending) {
-      if (stats && g.position == gate_position::g1 && g.combine == combine::mul) {
-        layer_workspace::fit(ws.scratch, T * H * Q + T * H * dv);
-        float* before = ws.scratch.data() + T * H * Q;
-        std::copy_n(o, T * H * dv, before);
-        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine, g.rounding);
-        stats->add_sdpa_and_gated(before, o, T * H * dv);
-      } else {
-        apply_gate_rows(o, T, H * dv, dv, gate_, u, g.activation, g.combine, g.rounding);
-      }
-    }
+    return p;
+  }
 
-    // o_proj
-    o_.apply(o, T, H * dv, y.data, y.row_stride);
-    if (stats)
-      for (index t = 0; t < T; ++t) stats->add_output(y.row(t), d);
+  // o [N, H, d_v] before any gate the kernel did not apply: absorbed sequences as one batch of
+  // problems, then each expanded one (it re-expands its whole cache into the shared workspace).
+  void attend(const float* q, const index* cu, index batch, const sequence_cache* caches, const gate_scores& u,
+              layer_workspace& ws, const execution_context& exec, statistics_observer* stats) const {
+    index count = 0, row = 0;
+    for (index s = 0; s < batch; ++s) {
+      const index n = cu[s + 1] - cu[s];
+      if (n == 0 || !ws.flags[std::size_t(s)]) continue;
+      sdpa_params& p = ws.problems[std::size_t(count++)];
+      p = absorbed_problem(q, cu[s], n, row, caches[s], ws, stats);
+      row += n;
+    }
+    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+    for (index s = 0, i = 0; s < batch; ++s)
+      if (cu[s + 1] > cu[s] && ws.flags[std::size_t(s)]) absorbed_output(ws.problems[std::size_t(i++)], cu[s], ws, stats);
+    for (index s = 0; s < batch; ++s) {
+      const index n = cu[s + 1] - cu[s];
+      if (n == 0 || ws.flags[std::size_t(s)]) continue;
+      sdpa_params p = expanded_problem(q, cu[s], n, caches[s], u, ws, stats);
+      p.threads = exec.concurrency();
+      sdpa_(p);
+      if (stats) observe_first_token_attention(p, *stats);
+    }
+  }
+
+  // Absorbed: q̃_h = q_nope_h W_uk_h (latent width) next to q_rope, for rows [first, first + n);
+  // the kernel attends over the cache rows [c | k_rope] as one shared KV head and returns the
+  // latent output ō. `slot` places the sequence in the absorbed part of ws.attention.
+  sdpa_params absorbed_problem(const float* q, index first, index n, index slot, const sequence_cache& cache,
+                               layer_workspace& ws, statistics_observer* stats) const {
+    const index H = cfg_.heads, Q = qk(), L = latent_width(), dc = cfg_.kv_lora_rank, dn = cfg_.qk_nope_head_dim;
+    float* qa = ws.attention.data() + slot * H * (L + dc);  // [n, H, L], then ō [n, H, d_c]
+    using stride = Eigen::OuterStride<>;
+    for (index h = 0; h < H; ++h) {
+      Eigen::Map<const row_matrix, 0, stride> qn(q + first * H * Q + h * Q, n, dn, stride(H * Q));
+      Eigen::Map<row_matrix, 0, stride> qt(qa + h * L, n, dc, stride(H * L));
+      qt.noalias() = qn * w_uk_[std::size_t(h)];
+      for (index t = 0; t < n; ++t)
+        std::copy_n(q + ((first + t) * H + h) * Q + dn, cfg_.qk_rope_head_dim, qa + (t * H + h) * L + dc);
+    }
+    sdpa_params p = problem_template();
+    cache.bind(p);
+    p.t_q = n;
+    p.kv_heads = 1;
+    p.d_qk = L;
+    p.d_v = dc;
+    p.q = qa;
+    p.q_token_stride = H * L;
+    p.q_head_stride = L;
+    p.k_head_stride = p.v_head_stride = 0;
+    p.out = qa + n * H * L;
+    p.out_token_stride = H * dc;
+    p.out_head_stride = dc;
+    if (stats) p.lse = ws.lse.data() + first * H;
+    return p;
+  }
+
+  // o_h = ō_h W_uvᵀ for the rows of one absorbed problem, the batch's rows from `first` on.
+  void absorbed_output(const sdpa_params& p, index first, layer_workspace& ws, statistics_observer* stats) const {
+    const index H = cfg_.heads, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
+    float* o = ws.gated.data() + first * H * dv;
+    using stride = Eigen::OuterStride<>;
+    for (index h = 0; h < H; ++h) {
+      Eigen::Map<const row_matrix, 0, stride> lo(p.out + h * dc, p.t_q, dc, stride(H * dc));
+      Eigen::Map<row_matrix, 0, stride> oh(o + h * dv, p.t_q, dv, stride(H * dv));
+      oh.noalias() = lo * w_uv_[std::size_t(h)].transpose();
+    }
+    if (stats) observe_first_token_attention(p, *stats);
+  }
+
+  // Expanded: [k_nope | v] for every cached token from its latent, k_rope shared by the heads; the
+  // gate in the kernel's epilogue unless statistics need the output before it.
+  sdpa_params expanded_problem(const float* q, index first, index n, const sequence_cache& cache, const gate_scores& u,
+                               layer_workspace& ws, statistics_observer* stats) const {
+    const index H = cfg_.heads, Q = qk(), dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
+    const index L = latent_width(), t_k = cache.size(), kv_cols = H * (dn + dv);
+    float* latent = ws.expanded_latent.data();
+    for (index j = 0; j < t_k; ++j) cache.widen_key(j, latent + j * L);
+    float* kv = ws.attention.data();   // [T_k, H, d_nope + d_v]
+    float* keys = kv + t_k * kv_cols;  // [T_k, H, d_nope + d_rope]
+    kv_b_.apply(latent, t_k, L, kv, kv_cols);
+    for (index j = 0; j < t_k; ++j)
+      for (index h = 0; h < H; ++h) {
+        float* kh = keys + (j * H + h) * Q;
+        std::copy_n(kv + j * kv_cols + h * (dn + dv), dn, kh);
+        std::copy_n(latent + j * L + dc, cfg_.qk_rope_head_dim, kh + dn);
+      }
+    sdpa_params p = problem_template();
+    p.t_q = n;
+    p.t_k = t_k;
+    p.kv_heads = H;
+    p.d_qk = Q;
+    p.d_v = dv;
+    p.q = q + first * H * Q;
+    p.q_token_stride = H * Q;
+    p.q_head_stride = Q;
+    p.k = keys;
+    p.k_token_stride = H * Q;
+    p.k_head_stride = Q;
+    p.v = kv + dn;
+    p.v_token_stride = kv_cols;
+    p.v_head_stride = dn + dv;
+    p.out = ws.gated.data() + first * H * dv;
+    p.out_token_stride = H * dv;
+    p.out_head_stride = dv;
+    if (stats) p.lse = ws.lse.data() + first * H;
+    if (cfg_.gate.enabled && !stats) set_gate_epilogue(p.epilogue, u, first);
+    return p;
+  }
+
+  void set_gate_epilogue(sdpa_epilogue& e, const gate_scores& u, index first) const {
+    const gate_config& g = cfg_.gate;
+    e.gate_scores = u.data + first * u.token_stride;
+    e.gate_token_stride = u.token_stride;
+    e.gate_head_stride = u.head_stride;
+    e.gate_headwise = gate_.per_head == 1;
+    e.gate_activation = g.activation;
+    e.gate_combine = g.combine;
+    e.gate_rounding = g.rounding;
+  }
+
+  // The G1 gate on rows whose kernel did not apply it (absorbed sequences; every row with
+  // statistics, which then see the output before and after it).
+  void post_sdpa_gate(const index* cu, index batch, const gate_scores& u, layer_workspace& ws,
+                      statistics_observer* stats) const {
+    const gate_config& g = cfg_.gate;
+    if (!g.enabled) return;
+    const index width = cfg_.heads * cfg_.v_head_dim;
+    float* o = ws.gated.data();
+    const bool sparsity = stats && g.position == gate_position::g1 && g.combine == combine::mul;
+    float* before = sparsity ? ws.scratch.data() + cu[batch] * cfg_.heads * qk() : nullptr;
+    if (sparsity) std::copy_n(o, cu[batch] * width, before);
+    for (index s = 0; s < batch; ++s) {
+      if (!stats && !ws.flags[std::size_t(s)]) continue;  // expanded: gated in the kernel
+      const gate_scores us{u.data + cu[s] * u.token_stride, u.token_stride, u.head_stride};
+      apply_gate_rows(o + cu[s] * width, cu[s + 1] - cu[s], width, cfg_.v_head_dim, gate_, us, g.activation, g.combine,
+                      g.rounding);
+    }
+    if (sparsity) stats->add_sdpa_and_gated(before, o, cu[batch] * width);
   }
 
   mla_config cfg_;

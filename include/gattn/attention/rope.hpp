@@ -1,5 +1,5 @@
-// Rotary position embedding (SPEC §2.4): cos/sin tables for a range of positions and the neox /
-// interleaved rotation of head vectors. The frequencies come from core/rope_frequencies.hpp.
+// Rotary position embedding (SPEC §2.4): cos/sin of a position and the neox / interleaved
+// rotation of head vectors. The frequencies come from core/rope_frequencies.hpp.
 #pragma once
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 
 namespace gattn {
 
-/// cos/sin rows for a range of absolute positions, ready to rotate any number of heads.
+/// The rotation of one layer: immutable after construction, so calls share it without copying.
 class rope_rotator {
  public:
   rope_rotator() = default;
@@ -20,29 +20,22 @@ class rope_rotator {
   index half() const { return index(freq_.inv_freq.size()); }
   bool active() const { return style_ != rope_style::none && half() > 0; }
 
-  /// Prepares positions [first, first + count). Angles are formed in double so that long
-  /// contexts (p ~ 1e6) keep their phase; only the final cos/sin are rounded to float.
-  void prepare(index first, index count) {
-    first_ = first;
+  /// cos/sin of one absolute position into cos[half()] and sin[half()] (the caller's buffers, so
+  /// that a const layer shared by threads allocates nothing per call). Angles are formed in double
+  /// so that long contexts (p ~ 1e6) keep their phase; only the final cos/sin are rounded to float.
+  void angles(index pos, float* cos, float* sin) const {
     const index h = half();
-    cos_.resize(std::size_t(count * h));
-    sin_.resize(std::size_t(count * h));
-    for (index t = 0; t < count; ++t) {
-      for (index i = 0; i < h; ++i) {
-        const double angle = double(first + t) * freq_.inv_freq[std::size_t(i)];
-        cos_[std::size_t(t * h + i)] = float(std::cos(angle) * freq_.attention_factor);
-        sin_[std::size_t(t * h + i)] = float(std::sin(angle) * freq_.attention_factor);
-      }
+    for (index i = 0; i < h; ++i) {
+      const double angle = double(pos) * freq_.inv_freq[std::size_t(i)];
+      cos[i] = float(std::cos(angle) * freq_.attention_factor);
+      sin[i] = float(std::sin(angle) * freq_.attention_factor);
     }
   }
 
-  /// Rotates the first R channels of one head vector of the token at absolute position `pos`
-  /// (which must lie in the prepared range).
-  void rotate(float* x, index pos) const {
+  /// Rotates the first R channels of one head vector by the angles of one position (from angles()).
+  void rotate(float* x, const float* c, const float* s) const {
     if (!active()) return;
     const index h = half();
-    const float* c = cos_.data() + (pos - first_) * h;
-    const float* s = sin_.data() + (pos - first_) * h;
     if (style_ == rope_style::neox) {
       for (index i = 0; i < h; ++i) {  // pairs (i, i + R/2)
         const float a = x[i], b = x[i + h];
@@ -61,8 +54,6 @@ class rope_rotator {
  private:
   rope_style style_ = rope_style::none;
   rope_frequencies freq_;
-  index first_ = 0;
-  std::vector<float> cos_, sin_;
 };
 
 }  // namespace gattn

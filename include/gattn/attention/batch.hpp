@@ -1,0 +1,103 @@
+// What the layers share to run a batch of sequences (SPEC §11): the checks of a batched call, the
+// positions of its rows, the f16 range check of new cache rows, and running one SDPA problem per
+// sequence on the caller's threads.
+#pragma once
+
+#include <exception>
+#include <mutex>
+
+#include "gattn/attention/sdpa_function.hpp"
+#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/core/validate.hpp"
+#include "gattn/simd/vector_ops.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// Checks x [N, d], y [N, d] and cu_seqlens (starts at 0, never decreases, ends at N); returns N.
+inline index check_batch_rows(const char* who, matrix_view<const float> x, const index* cu_seqlens, index batch,
+                              matrix_view<float> y, index d, index per_token) {
+  require<shape_error>(x.cols == d && y.cols == d && y.rows == x.rows && x.row_stride >= d && y.row_stride >= d,
+                       who, ": x is [", x.rows, ", ", x.cols, "] and y is [", y.rows, ", ", y.cols,
+                       "]; both must be [N, hidden_size=", d, "]");
+  check_call_rows(who, x.rows, 0, per_token);
+  require<shape_error>(batch >= 1 && cu_seqlens != nullptr, who, ": batch=", batch, " must be >= 1 with cu_seqlens");
+  require<shape_error>(cu_seqlens[0] == 0, who, ": cu_seqlens[0]=", cu_seqlens[0], " must be 0");
+  for (index s = 0; s < batch; ++s)
+    require<shape_error>(cu_seqlens[s + 1] >= cu_seqlens[s], who, ": cu_seqlens[", s + 1, "]=", cu_seqlens[s + 1],
+                         " is below cu_seqlens[", s, "]=", cu_seqlens[s]);
+  require<shape_error>(cu_seqlens[batch] == x.rows, who, ": cu_seqlens[", batch, "]=", cu_seqlens[batch],
+                       " must equal the rows of x (", x.rows, ")");
+  return x.rows;
+}
+
+/// Checks the caches of a batch before anything is appended: present, distinct, rows of the layer's
+/// widths, room for the sequence's new rows, and empty for a non-causal layer.
+inline void check_batch_caches(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch,
+                               index key_width, index value_width, const char* widths_named, bool causal,
+                               index per_token) {
+  for (index s = 0; s < batch; ++s) {
+    const sequence_cache& c = caches[s];
+    require<cache_error>(!c.empty(), who, ": caches[", s, "] holds no cache");
+    for (index o = 0; o < s; ++o)
+      require<cache_error>(!c.same_as(caches[o]), who, ": caches[", o, "] and caches[", s, "] are the same sequence");
+    require<shape_error>(c.key_width() == key_width && c.value_width() == value_width, who, ": caches[", s,
+                         "] rows are ", c.key_width(), "/", c.value_width(), " wide, the layer needs ", key_width,
+                         "/", value_width, " ", widths_named);
+    const index n = cu_seqlens[s + 1] - cu_seqlens[s];
+    require<cache_error>(causal || c.size() == 0, who, ": a non-causal layer cannot continue a sequence from a cache (caches[",
+                         s, "] holds ", c.size(), " tokens); run it on the whole sequence at once");
+    c.check_room(n);
+    check_call_rows(who, n, c.size(), per_token);
+  }
+}
+
+/// An f16 cache cannot hold |v| > 65504: refuse the whole call, naming the sequence, before any
+/// sequence's rows are appended (a cache's own append checks only its own rows).
+inline void check_f16_rows(const sequence_cache& c, index seq, const float* rows, index stride, index n, index width,
+                           const char* what) {
+  if (c.storage() != storage_type::f16) return;
+  for (index t = 0; t < n; ++t) {
+    const index col = simd::find_f16_out_of_range(rows + t * stride, width);
+    require<cache_error>(col == width, "kv_cache_dtype=f16: ", what, " channel ", col, " of token ", c.size() + t,
+                         " of sequence ", seq, " is ", col < width ? rows[t * stride + col] : 0.0f,
+                         ", outside the f16 range (|v| <= 65504); nothing of the call was appended");
+  }
+}
+
+}  // namespace detail
+
+/// Runs `count` independent SDPA problems on `exec`'s threads: when there are at least as many
+/// problems as threads, one problem per task, each serial (a batch of decodes fills the threads);
+/// otherwise one after another, each with all the threads. Deterministic for a fixed batch and
+/// context. The one place a batched kernel entry replaces (issue #11).
+inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index count, const execution_context& exec) {
+  const int threads = exec.concurrency();
+  if (count < threads || count == 1) {
+    for (index i = 0; i < count; ++i) {
+      problems[i].threads = threads;
+      sdpa(problems[i]);
+    }
+    return;
+  }
+  for (index i = 0; i < count; ++i) {
+    problems[i].threads = 1;
+    detail::validate(problems[i]);  // before the threads start: an exception cannot cross them
+  }
+  std::exception_ptr error;
+  std::mutex error_lock;
+  exec.parallel_for(count, [&](index i) {
+    try {
+      sdpa(problems[i]);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_lock);
+      if (!error) error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace gattn
