@@ -3,6 +3,7 @@
 //   gattn run  --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]
 //              [--layer N] [--prefix P] [--decode-from K] [--stats S.json] [--check [--tol R]]
 //              [--reference] [--mla-form F] [--kv-dtype T] [--kv-numerics M] [--quiet]
+//              [--batch-lengths L1,L2,... [--block-size B]]
 //   gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]
 //   gattn info [--weights W.safetensors]
 //   gattn --version | gattn --help | gattn <command> --help
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -25,6 +27,7 @@
 
 #include "gattn/backend/backend.hpp"
 #include "gattn/io.hpp"
+#include "cli_batch.hpp"
 
 #ifndef GATTN_VERSION
 #define GATTN_VERSION "unknown"
@@ -65,7 +68,11 @@ const char* const run_help =
     "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
     "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
     "  --kv-numerics M      exact or fast (SPEC 10)\n"
-    "  --quiet              no summary line on stderr\n";
+    "  --quiet              no summary line on stderr\n"
+    "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
+    "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"
+    "                       and --check compares y.s with y[:L_s]\n"
+    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16)\n";
 
 const char* const cost_help =
     "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]\n"
@@ -277,10 +284,64 @@ struct run_options {
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;
 };
 
+/// --batch-lengths and --block-size, checked with the other usage errors (before any file is read).
+struct batch_options {
+  std::vector<gattn::index> lengths;  ///< empty: not a batch run
+  gattn::index block_size = 16;
+};
+
+batch_options parse_batch_options(const arguments& args) {
+  batch_options b;
+  b.block_size = args.integer("--block-size", 16, 1);
+  if (!args.has("--batch-lengths")) {
+    if (args.has("--block-size")) throw usage_error("option --block-size needs --batch-lengths");
+    return b;
+  }
+  for (const char* other : {"--decode-from", "--stats"})
+    if (args.has(other)) throw usage_error(std::string("option --batch-lengths cannot be combined with ") + other);
+  try {
+    b.lengths = gattn::cli::parse_batch_lengths(args.values.at("--batch-lengths"));
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(e.what());
+  }
+  return b;
+}
+
+/// The batch mode of `run` (tools/cli_batch.cpp), once the layer and the input are loaded.
+int run_batch_command(const arguments& args, const batch_options& batch, const gattn::any_layer& layer,
+                      const std::vector<float>& x, gattn::index T, const std::vector<double>& y_ref) {
+  for (gattn::index L : batch.lengths)
+    if (L > T) throw usage_error("--batch-lengths: length " + std::to_string(L) + " is past the input's " + std::to_string(T) + " tokens");
+  gattn::detail::require<gattn::cache_error>(layer.causal(), "--batch-lengths needs a causal layer (the config says causal=false)");
+  const gattn::index d = layer.hidden();
+  const auto start = run_clock::now();
+  const auto y = gattn::cli::run_batch(layer, x, d, batch.lengths, batch.block_size);
+  const double ms = milliseconds_since(start);
+  if (args.has("--output")) gattn::cli::write_batch_output(args.values.at("--output"), y, d, std::string("gattn ") + GATTN_VERSION);
+  if (!args.flag("--quiet"))
+    std::fprintf(stderr, "gattn: run: batch=%zu tokens=%lld time=%.3fms arch=%s threads=%d\n", y.size(),
+                 static_cast<long long>(std::accumulate(batch.lengths.begin(), batch.lengths.end(), gattn::index(0))), ms,
+                 gattn::default_arch_name().c_str(), available_threads());
+  if (!args.flag("--check")) return 0;
+  const double tolerance = args.positive_number("--tol", 1e-4);
+  double worst = 0;
+  for (std::size_t s = 0; s < y.size(); ++s) {
+    const double rel = relative_error(y[s], std::vector<double>(y_ref.begin(), y_ref.begin() + std::ptrdiff_t(y[s].size())));
+    std::cout << "check: y." << s << " max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(tolerance)
+              << " " << (rel <= tolerance ? "ok" : "FAILED") << "\n";
+    worst = std::isnan(rel) || std::isnan(worst) ? std::nan("") : std::max(worst, rel);
+  }
+  if (!(worst <= tolerance))
+    throw run_failure("--check: relative error " + short_number(worst) + " is above --tol " + short_number(tolerance) +
+                      " for a sequence of --batch-lengths");
+  return 0;
+}
+
 int run_command(int argc, char** argv) {
   const arguments args(argc, argv, 2,
                        {"--config", "--weights", "--input", "--output", "--prefix", "--decode-from", "--stats",
-                        "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol"},
+                        "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol", "--batch-lengths",
+                        "--block-size"},
                        {"--reference", "--check", "--quiet"});
   // Every usage error before any file is read.
   const std::string config_path = args.need("--config");
@@ -300,6 +361,7 @@ int run_command(int argc, char** argv) {
     options.kv_dtype = args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
   options.kv_numerics =
       args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
+  const batch_options batch = parse_batch_options(args);
   if (args.has("--output")) check_writable("--output", args.values.at("--output"));
   if (args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
 
@@ -333,6 +395,7 @@ int run_command(int argc, char** argv) {
     throw usage_error("--decode-from " + std::to_string(decode_from) + " is past the input's " + std::to_string(T) +
                       " tokens");
   const std::vector<float> x = input.read_f32("x");
+  if (!batch.lengths.empty()) return run_batch_command(args, batch, layer, x, T, y_ref);
   std::vector<float> y(std::size_t(T * d));
 
   gattn::statistics_observer observer;

@@ -1,0 +1,88 @@
+// See cli_batch.hpp.
+#include "cli_batch.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "gattn/io.hpp"
+
+namespace gattn::cli {
+
+std::vector<index> parse_batch_lengths(const std::string& text) {
+  std::vector<index> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    bool digits = !item.empty() && item.size() <= 12;
+    for (char c : item) digits = digits && c >= '0' && c <= '9';
+    if (!digits) throw std::invalid_argument("--batch-lengths needs positive integers L1,L2,..., got '" + item + "' in '" + text + "'");
+    const index v = index(std::stoll(item));
+    if (v < 1) throw std::invalid_argument("--batch-lengths: length " + item + " must be >= 1");
+    out.push_back(v);
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+namespace {
+
+// One cache per sequence. The one place the paged pool (--block-size) replaces.
+std::vector<kv_cache> make_caches(const any_layer& layer, const std::vector<index>& lengths, index /*block_size*/) {
+  std::vector<kv_cache> caches;
+  caches.reserve(lengths.size());
+  for (index L : lengths) caches.push_back(layer.make_cache(L));
+  return caches;
+}
+
+// The rows of one batched call: sequence s takes `take(s)` rows from where it stands.
+struct batch_call {
+  std::vector<index> cu{0}, members;
+  std::vector<sequence_cache> handles;
+  std::vector<float> x, y;
+};
+
+}  // namespace
+
+std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
+                                          const std::vector<index>& lengths, index block_size) {
+  const index B = index(lengths.size());
+  std::vector<kv_cache> caches = make_caches(layer, lengths, block_size);
+  std::vector<std::vector<float>> y(lengths.size());
+  for (index s = 0; s < B; ++s) y[std::size_t(s)].resize(std::size_t(lengths[std::size_t(s)] * d));
+  std::vector<index> done(lengths.size(), 0);
+  layer_workspace ws;
+  for (bool prefill = true;; prefill = false) {
+    batch_call call;
+    for (index s = 0; s < B; ++s) {
+      const index L = lengths[std::size_t(s)], at = done[std::size_t(s)];
+      const index n = prefill ? (L + 1) / 2 : std::min<index>(1, L - at);
+      if (n == 0) continue;
+      call.members.push_back(s);
+      call.handles.emplace_back(caches[std::size_t(s)]);
+      call.cu.push_back(call.cu.back() + n);
+      call.x.insert(call.x.end(), x.begin() + at * d, x.begin() + (at + n) * d);
+    }
+    if (call.members.empty()) return y;
+    const index N = call.cu.back();
+    call.y.resize(std::size_t(N * d));
+    layer.step({call.x.data(), N, d, d}, call.cu.data(), index(call.members.size()), call.handles.data(),
+               {call.y.data(), N, d, d}, ws);
+    for (std::size_t i = 0; i < call.members.size(); ++i) {
+      const index s = call.members[i], n = call.cu[i + 1] - call.cu[i];
+      std::memcpy(y[std::size_t(s)].data() + done[std::size_t(s)] * d, call.y.data() + call.cu[i] * d,
+                  sizeof(float) * std::size_t(n * d));
+      done[std::size_t(s)] += n;
+    }
+  }
+}
+
+void write_batch_output(const std::string& path, const std::vector<std::vector<float>>& y, index d,
+                        const std::string& producer) {
+  std::vector<io::tensor_to_write> tensors;
+  for (std::size_t s = 0; s < y.size(); ++s)
+    tensors.push_back({"y." + std::to_string(s), io::dtype::f32, {index(y[s].size()) / d, d}, y[s].data()});
+  io::write_safetensors(path, tensors, {{"producer", producer}});
+}
+
+}  // namespace gattn::cli

@@ -1,0 +1,28 @@
+// `gattn run --batch-lengths L1,L2,...`: B prefixes of the input's x run together as one batch
+// (SPEC §11), to show and check that a batched step gives each sequence what it gets alone.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gattn/attention/any_layer.hpp"
+
+namespace gattn::cli {
+
+/// "L1,L2,..." as lengths >= 1. Throws std::invalid_argument naming the bad item (empty list or
+/// item, not a number, 0 or negative).
+std::vector<index> parse_batch_lengths(const std::string& text);
+
+/// Runs sequences s = 0..B-1 with inputs x[:L_s] (x is [T, d], every L_s <= T) through one cache
+/// each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
+/// batched decode steps of one token per sequence, each leaving the batch when done. Returns y_s
+/// [L_s, d] per sequence. `block_size` is the paged pool's block size (unused until the paged
+/// cache is merged: the caches are contiguous, made in make_caches()).
+std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
+                                          const std::vector<index>& lengths, index block_size);
+
+/// Writes y.0 ... y.{B-1} (F32, [L_s, d]) to a safetensors file.
+void write_batch_output(const std::string& path, const std::vector<std::vector<float>>& y, index d,
+                        const std::string& producer);
+
+}  // namespace gattn::cli
