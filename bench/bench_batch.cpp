@@ -1,0 +1,117 @@
+// Batched decode (BENCH.md, SPEC §11): layer/BD<B>/g1_elementwise/t:<n>, B sequences of the L1 layer
+// (Qwen3-Next full attention, fused_q elementwise gate) with one new token each, in one
+// gqa_layer::step. Contexts are spread over 512-4096 (the midpoints of B equal slices, so every B
+// has the same mean context, 2304); fp32 weights and caches. Counters: tokens_per_s and GFLOPS
+// (projections + attention, 2 per multiply-add).
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "gattn/attention/gqa_layer.hpp"
+
+namespace {
+
+using gattn::index;
+
+std::vector<float> normal(index n, float scale, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& e : v) e = nd(g);
+  return v;
+}
+
+/// The L1 layer of BENCH.md with an elementwise fused_q gate (as bench_layer.cpp's L1).
+gattn::gqa_config l1_g1_elementwise() {
+  gattn::gqa_config c;
+  c.hidden = 2048;
+  c.q_heads = 16;
+  c.kv_heads = 2;
+  c.head_dim = 256;
+  c.qk_norm = gattn::norm_kind::rms_zero_centered;
+  c.partial_rotary_factor = 0.25;
+  c.rope.theta = 1e7;
+  c.rope.rotary_dim = 64;
+  c.gate.enabled = true;
+  c.gate.source = gattn::gate_source::fused_q;
+  c.gate.granularity = gattn::granularity::elementwise;
+  return c;
+}
+
+gattn::weight_map l1_weights(const gattn::gqa_config& c) {
+  const index d = c.hidden, D = c.head_dim;
+  gattn::weight_map w;
+  const float s = 1.0f / std::sqrt(float(d));
+  w.set("q_proj.weight", {c.q_heads * 2 * D, d}, normal(c.q_heads * 2 * D * d, s, 1));
+  w.set("k_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 2));
+  w.set("v_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 3));
+  w.set("o_proj.weight", {d, c.q_heads * D}, normal(d * c.q_heads * D, 1.0f / std::sqrt(float(c.q_heads * D)), 4));
+  w.set("q_norm.weight", {D}, normal(D, 0.1f, 5));
+  w.set("k_norm.weight", {D}, normal(D, 0.1f, 6));
+  return w;
+}
+
+index context_of(index s, index batch) { return 512 + (4096 - 512) * (2 * s + 1) / (2 * batch); }
+
+void bm_batched_decode(benchmark::State& st, index batch, int threads) {
+#ifdef _OPENMP
+  omp_set_num_threads(threads);  // Eigen's GEMM inside the projections still uses OpenMP's team
+#endif
+  const gattn::execution_context exec = gattn::execution_context::with_threads(threads);
+  const auto cfg = l1_g1_elementwise();
+  const gattn::gqa_layer layer(cfg, l1_weights(cfg));
+  const index d = cfg.hidden;
+  std::vector<gattn::kv_cache> caches;
+  caches.reserve(std::size_t(batch));
+  double attention_flops = 0;
+  for (index s = 0; s < batch; ++s) {  // random K/V rows: values do not matter for the time
+    const index t = context_of(s, batch);
+    caches.emplace_back(cfg, t + 1);
+    const auto kv = normal(caches.back().key_width(), 1.0f, unsigned(7 + s));
+    for (index j = 0; j < t; ++j) {
+      std::copy(kv.begin(), kv.end(), caches.back().key(j));
+      std::copy(kv.begin(), kv.end(), caches.back().value(j));
+    }
+    caches.back().commit(t);
+    attention_flops += 4.0 * double(t + 1) * double(cfg.head_dim) * double(cfg.q_heads);
+  }
+  std::vector<gattn::sequence_cache> handles(caches.begin(), caches.end());
+  std::vector<index> cu(std::size_t(batch + 1));
+  for (index s = 0; s <= batch; ++s) cu[std::size_t(s)] = s;
+  const auto x = normal(batch * d, 1.0f, 8);
+  std::vector<float> y(x.size());
+  gattn::layer_workspace ws;
+  layer.reserve(ws, batch, batch);
+  for (auto _ : st) {
+    for (index s = 0; s < batch; ++s) caches[std::size_t(s)].truncate(context_of(s, batch));
+    layer.step({x.data(), batch, d, d}, cu.data(), batch, handles.data(), {y.data(), batch, d, d}, ws, exec);
+    benchmark::DoNotOptimize(y.data());
+  }
+  const index n_cols = cfg.q_heads * 2 * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim;
+  const double projection_flops = 2.0 * double(batch) * double(d) * double(n_cols + cfg.q_heads * cfg.head_dim);
+  const double iterations = double(st.iterations());
+  st.counters["tokens_per_s"] = benchmark::Counter(double(batch) * iterations, benchmark::Counter::kIsRate);
+  st.counters["GFLOPS"] =
+      benchmark::Counter((projection_flops + attention_flops) * iterations * 1e-9, benchmark::Counter::kIsRate);
+}
+
+int register_batched_decode() {
+  for (int t : {1, 2})
+    for (index b : {index(1), index(8), index(32)})
+      benchmark::RegisterBenchmark(("layer/BD" + std::to_string(b) + "/g1_elementwise/t:" + std::to_string(t)).c_str(),
+                                   bm_batched_decode, b, t)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+  return 0;
+}
+
+const int registered = register_batched_decode();
+
+}  // namespace
