@@ -21,12 +21,12 @@ using io::tensor_to_write;
 
 TEST(LoadWeights, Bf16F16F32AreViewsIntoTheMappingAndKeepItAlive) {
   const std::vector<std::uint16_t> bf = {0x3F80, 0x4000, 0xC040, 0x0000};  // 1, 2, -3, 0
-  const std::vector<std::uint16_t> hf = {0x3C00, 0x4000, 0xC200};            // 1, 2, -3
+  const std::vector<std::uint16_t> hf = {0x3C00, 0x4000, 0xC200, 0x0000};  // 1, 2, -3, 0 (keeps c 4-aligned)
   const std::vector<float> f = {0.5f, -1.5f};
   const std::vector<double> d = {0.1, 1e300};
   const std::vector<std::uint8_t> u = {7};
   const auto bytes = io::serialize_safetensors({{"l.a.weight", dtype::bf16, {2, 2}, bf.data()},
-                                                {"l.b.weight", dtype::f16, {3}, hf.data()},
+                                                {"l.b.weight", dtype::f16, {4}, hf.data()},
                                                 {"l.c.weight", dtype::f32, {1, 2}, f.data()},
                                                 {"l.d.weight", dtype::f64, {2}, d.data()},
                                                 {"l.e.index", dtype::u8, {1}, u.data()}});
@@ -37,7 +37,7 @@ TEST(LoadWeights, Bf16F16F32AreViewsIntoTheMappingAndKeepItAlive) {
     w = io::load_weights(file, "l.", /*skip_non_float=*/true);
     mapped_a = file.view("l.a.weight").data();
     EXPECT_EQ(w.get("a.weight", {2, 2}).data(), mapped_a);
-    EXPECT_EQ(w.get("b.weight", {3}).data(), file.view("l.b.weight").data());
+    EXPECT_EQ(w.get("b.weight", {4}).data(), file.view("l.b.weight").data());
     EXPECT_EQ(w.get("c.weight", {1, 2}).data(), file.view("l.c.weight").data());
     EXPECT_THROW(io::load_weights(file, "l."), weight_error);  // u8 refused unless skipped
   }
@@ -46,8 +46,8 @@ TEST(LoadWeights, Bf16F16F32AreViewsIntoTheMappingAndKeepItAlive) {
   EXPECT_EQ(w.get("a.weight", {2, 2}).type(), storage_type::bf16);
   EXPECT_EQ(w.get("a.weight", {2, 2}).data(), mapped_a);
   EXPECT_EQ(w.widened("a.weight", {2, 2}), (std::vector<float>{1, 2, -3, 0}));
-  EXPECT_EQ(w.get("b.weight", {3}).type(), storage_type::f16);
-  EXPECT_EQ(w.widened("b.weight", {3}), (std::vector<float>{1, 2, -3}));
+  EXPECT_EQ(w.get("b.weight", {4}).type(), storage_type::f16);
+  EXPECT_EQ(w.widened("b.weight", {4}), (std::vector<float>{1, 2, -3, 0}));
   EXPECT_EQ(w.widened("c.weight", {1, 2}), f);
   // F64 has no fast path: rounded into an owned fp32 copy
   EXPECT_EQ(w.get("d.weight", {2}).type(), storage_type::f32);

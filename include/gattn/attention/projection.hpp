@@ -34,8 +34,12 @@ class linear_map {
  public:
   /// Up to this many rows go through the GEMV path instead of a GEMM.
   static constexpr index gemv_rows = 2;
-  /// Output rows per unit of parallel work; a bf16 panel of 64 × 4096 is 512 KB of scratch.
-  static constexpr index panel_rows = 64;
+  /// Output rows per unit of parallel work in the GEMV (enough units to balance a team).
+  static constexpr index gemv_tile_rows = 64;
+  /// Output rows per GEMM panel. Each panel's Eigen GEMM packs all of x again, so panels are as
+  /// large as the scratch allows: a bf16/f16 panel widens into 256 · in floats per thread (2 MB at
+  /// in = 2048).
+  static constexpr index gemm_panel_rows = 256;
 
   linear_map() = default;
   linear_map(const weight_view& w, const weight_view* b) : linear_map(std::vector<weight_segment>{{w, 0, -1, b}}) {}
@@ -59,11 +63,12 @@ class linear_map {
     // A few microseconds of team start-up dwarf a small map: run those on the calling thread.
     const bool small = weight_bytes() < (index(1) << 18);
     const execution_context& team = small ? serial_ : exec;
-    const auto n = index(tiles_.size());
     if (rows <= gemv_rows)
-      team.parallel_for(n, [&](index i) { gemv_tile(tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
+      team.parallel_for(index(gemv_tiles_.size()),
+                        [&](index i) { gemv_tile(gemv_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
     else
-      team.parallel_for(n, [&](index i) { gemm_tile(tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
+      team.parallel_for(index(gemm_tiles_.size()),
+                        [&](index i) { gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
   }
 
  private:
@@ -76,7 +81,7 @@ class linear_map {
   };
 
   std::vector<part> parts_;
-  std::vector<tile> tiles_;
+  std::vector<tile> gemv_tiles_, gemm_tiles_;
   std::vector<float> bias_;  // empty: no bias
   index in_ = 0, out_ = 0;
   execution_context serial_ = execution_context::serial();
@@ -99,8 +104,10 @@ class linear_map {
     }
     const index part_index = index(parts_.size());
     parts_.push_back({rows, out_});
-    for (index r = 0; r < count; r += panel_rows)
-      tiles_.push_back({part_index, r, std::min(panel_rows, count - r)});
+    for (index r = 0; r < count; r += gemv_tile_rows)
+      gemv_tiles_.push_back({part_index, r, std::min(gemv_tile_rows, count - r)});
+    for (index r = 0; r < count; r += gemm_panel_rows)
+      gemm_tiles_.push_back({part_index, r, std::min(gemm_panel_rows, count - r)});
     out_ += count;
   }
 
