@@ -46,6 +46,9 @@ TEST(WeightView, RowAndColumnRangesAreViewsOfTheSameMemory) {
   EXPECT_FALSE(block.dense());
   EXPECT_EQ(block.widened(), (std::vector<float>{11, 12, 16, 17, 21, 22}));
   EXPECT_EQ(block.at(2, 1), 22.0f);
+  const tensor copy = block.to_tensor();
+  EXPECT_EQ(copy.shape, block.shape());
+  EXPECT_EQ(copy.data, block.widened());
   EXPECT_EQ(block.bytes(), 6 * 4);
   const weight_view bias(storage_type::f32, m.data(), {7});
   EXPECT_EQ(bias.rows(), 7);

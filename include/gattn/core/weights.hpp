@@ -130,6 +130,9 @@ class weight_view {
     return type_ == storage_type::bf16 ? detail::widen_bf16_scalar(h) : detail::widen_f16_scalar(h);
   }
 
+  /// An owning fp32 copy, for code that transforms weights (averages, permutations).
+  tensor to_tensor() const { return tensor{shape_, widened()}; }
+
   /// A dense fp32 copy, row-major (for norms, biases, the reference layer, tests).
   std::vector<float> widened() const {
     std::vector<float> out(static_cast<std::size_t>(numel()));
