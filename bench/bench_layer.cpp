@@ -1,6 +1,8 @@
 // Whole-layer benchmarks (BENCH.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
-// unfused (elementwise gate, the Eigen baseline SDPA); and the MLA layer, layer/MLAP (prefill
+// unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
+// used in place and a bf16 KV cache); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
+// one decode token alone, GBps = weight bytes, for limits/read); and the MLA layer, layer/MLAP (prefill
 // T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
 #include <benchmark/benchmark.h>
 
@@ -18,6 +20,7 @@
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/backend/backend.hpp"
+#include "gattn/simd/convert.hpp"
 
 namespace {
 
@@ -64,6 +67,19 @@ gattn::weight_map qwen3_next_weights(const gattn::gqa_config& c) {
   return w;
 }
 
+/// `w` with every tensor rounded to `type` and held as views of buffers the returned map keeps alive
+/// (what io::load_weights gives for a bf16/f16 checkpoint).
+gattn::weight_map stored_as(const gattn::weight_map& w, gattn::storage_type type) {
+  if (type == gattn::storage_type::f32) return w;
+  gattn::weight_map out;
+  for (const auto& [name, v] : w.all()) {
+    auto bits = std::make_shared<std::vector<std::uint16_t>>();
+    for (float x : v.widened()) bits->push_back(type == gattn::storage_type::bf16 ? gattn::round_to_bf16(x) : gattn::round_to_f16(x));
+    out.set(name, gattn::weight_view(type, bits->data(), v.shape(), -1, bits));
+  }
+  return out;
+}
+
 /// Projection + attention FLOPs of one call (2 per multiply-add; causal attention counts half).
 double gqa_flops(const gattn::gqa_config& c, index t_q, index t_k, index n_cols) {
   const double proj = 2.0 * double(t_q) * double(c.hidden) * double(n_cols + c.q_heads * c.head_dim);
@@ -81,18 +97,17 @@ void set_threads(int threads) {
 
 void bm_gqa_layer(benchmark::State& st, std::string variant, bool decode, int threads) {
   set_threads(threads);
-  const auto cfg = qwen3_next(variant);
-  gattn::gqa_layer layer(cfg, qwen3_next_weights(cfg));
+  const bool bf16 = variant == "g1_elementwise_bf16";  // bf16 weights and bf16 KV cache
+  auto cfg = qwen3_next(bf16 ? "g1_elementwise" : variant);
+  if (bf16) cfg.kv_cache_type = gattn::storage_type::bf16;
+  const auto storage = bf16 ? gattn::storage_type::bf16 : gattn::storage_type::f32;
+  gattn::gqa_layer layer(cfg, stored_as(qwen3_next_weights(cfg), storage));
   if (variant == "unfused") layer.set_sdpa(&gattn::unfused_sdpa);
   const index d = cfg.hidden, T = decode ? 1 : 2048, cached = decode ? 8192 : 0;
   gattn::kv_cache cache(cfg, cached + T);
   if (decode) {  // a full cache of random K/V rows (already normed and roped: values do not matter)
     const auto kv = normal(cache.key_width(), 1.0f, 7);
-    for (index t = 0; t < cached; ++t) {
-      std::copy(kv.begin(), kv.end(), cache.key(t));
-      std::copy(kv.begin(), kv.end(), cache.value(t));
-    }
-    cache.commit(cached);
+    for (index t = 0; t < cached; ++t) cache.append(kv.data(), 0, kv.data(), 0, 1);
   }
   const auto x = normal(T * d, 1.0f, 8);
   std::vector<float> y(x.size());
@@ -106,7 +121,8 @@ void bm_gqa_layer(benchmark::State& st, std::string variant, bool decode, int th
   const double flops = gqa_flops(cfg, T, cached + T, n_cols);
   st.counters["GFLOPS"] = benchmark::Counter(flops * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
   if (decode) {
-    const double bytes = 4.0 * (double(n_cols + cfg.q_heads * 256) * double(d) + 2.0 * double(cached) * double(cache.key_width()));
+    const double element = bf16 ? 2.0 : 4.0;
+    const double bytes = element * (double(n_cols + cfg.q_heads * 256) * double(d) + 2.0 * double(cached) * double(cache.key_width()));
     st.counters["GBps"] = benchmark::Counter(bytes * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
   }
 }
@@ -168,9 +184,39 @@ void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool d
   st.counters["tokens_per_s"] = benchmark::Counter(double(T) * double(st.iterations()), benchmark::Counter::kIsRate);
 }
 
+/// The fused q/k/v/gate projection of Qwen3-Next (9216 x 2048, one segment per head's q and gate
+/// rows, as gqa_layer builds it) applied to `rows` tokens: the decode GEMV on its own.
+void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, int threads) {
+  set_threads(threads);
+  const auto cfg = qwen3_next("g1_elementwise");
+  const gattn::weight_map w = stored_as(qwen3_next_weights(cfg), type);
+  const index d = cfg.hidden, D = cfg.head_dim;
+  const gattn::weight_view& q = w.get("q_proj.weight", {cfg.q_heads * 2 * D, d});
+  std::vector<gattn::weight_segment> parts;
+  for (index h = 0; h < cfg.q_heads; ++h) parts.push_back({q, h * 2 * D, D, nullptr});
+  parts.push_back({w.get("k_proj.weight", {cfg.kv_heads * D, d}), 0, -1, nullptr});
+  parts.push_back({w.get("v_proj.weight", {cfg.kv_heads * D, d}), 0, -1, nullptr});
+  for (index h = 0; h < cfg.q_heads; ++h) parts.push_back({q, h * 2 * D + D, D, nullptr});
+  const gattn::linear_map m(parts);
+  const auto x = normal(rows * d, 1.0f, 9);
+  std::vector<float> y(std::size_t(rows * m.out()));
+  for (auto _ : st) {
+    m.apply(x.data(), rows, d, y.data(), m.out());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.counters["GBps"] = benchmark::Counter(double(m.weight_bytes()) * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+}
+
 int register_layers() {
   for (int t : {1, 2}) {
     const std::string ts = "/t:" + std::to_string(t);
+    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
+      benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
+                                   index(1), t)
+          ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("layer/L1D/g1_elementwise_bf16" + ts).c_str(), bm_gqa_layer,
+                                 std::string("g1_elementwise_bf16"), true, t)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* v : {"plain", "g1_elementwise", "g1_headwise", "unfused"}) {
       benchmark::RegisterBenchmark(("layer/L1P/" + std::string(v) + ts).c_str(), bm_gqa_layer, std::string(v), false, t)
           ->Unit(benchmark::kMillisecond)->UseRealTime();

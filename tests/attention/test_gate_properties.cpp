@@ -57,7 +57,7 @@ TEST(GateProperties, ConstantG1GateFoldsIntoOProj) {
   gqa_config plain = c;
   plain.gate.enabled = false;
   weight_map wf = w;
-  auto wo = w.get("o_proj.weight", {c.hidden, n}).data;
+  auto wo = w.widened("o_proj.weight", {c.hidden, n});
   for (index r = 0; r < c.hidden; ++r)
     for (index k = 0; k < n; ++k) wo[std::size_t(r * n + k)] *= 1.0f / (1.0f + std::exp(-bias[std::size_t(k)]));
   wf.set("o_proj.weight", {c.hidden, n}, wo);
@@ -130,7 +130,7 @@ TEST(GateProperties, PaperLayoutEqualsQwenLayoutAfterRowPermutation) {
   gqa_config qwen = paper;
   qwen.gate.layout = gattn::fused_layout::per_head;
   const index D = 8, G = 3, d = 32;
-  const auto& wq = w.get("q_proj.weight", {6 * 2 * D, d}).data;
+  const auto wq = w.widened("q_proj.weight", {6 * 2 * D, d});
   std::vector<float> permuted(wq.size());
   for (index h = 0; h < 6; ++h)
     for (index k = 0; k < 2 * D; ++k) {

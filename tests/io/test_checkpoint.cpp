@@ -308,9 +308,10 @@ TEST_P(CheckpointSharded, DirectoryOfShardsLoadsTheSameWeightsAsTheSingleFile) {
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [name, t] : want) {
       ASSERT_TRUE(got.count(name)) << name;
-      EXPECT_EQ(got.at(name).shape, t.shape) << name;
-      ASSERT_EQ(got.at(name).data.size(), t.data.size()) << name;
-      EXPECT_EQ(std::memcmp(got.at(name).data.data(), t.data.data(), t.data.size() * sizeof(float)), 0) << name;
+      EXPECT_EQ(got.at(name).shape(), t.shape()) << name;
+      EXPECT_EQ(got.at(name).type(), t.type()) << name;
+      ASSERT_EQ(got.at(name).bytes(), t.bytes()) << name;
+      EXPECT_EQ(std::memcmp(got.at(name).data(), t.data(), std::size_t(t.bytes())), 0) << name;
     }
     for (const auto& t : single.tensors()) EXPECT_EQ(sharded.info(t.name).type, t.type) << t.name;
   }

@@ -116,12 +116,13 @@ class gqa_layer {
 
   // Column layout of the fused projection output P [T, n_cols]:
   //   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
-  // fused_q rows of q_proj are permuted at load time from the checkpoint's interleaved layout
-  // (per_head or per_kv_group) into this one, so the kernel reads q and u with plain strides.
   index col_k() const { return cfg_.q_heads * cfg_.head_dim; }
   index col_v() const { return col_k() + kv_width(); }
   index col_extra() const { return col_v() + kv_width(); }
 
+  // The layer holds views of `w`'s weights (no copy; biases and norm weights, a few KB, are
+  // widened): the memory behind them must outlive the layer unless the views keep it alive, as
+  // weight_maps built from fp32 tensors and io::load_weights' views do.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim, G = cfg_.group_size();
     const gate_config& g = cfg_.gate;
@@ -129,59 +130,50 @@ class gqa_layer {
     const bool fused = g.enabled && g.source == gate_source::fused_q;
     const index per = gate_.per_head;
     const index q_rows = fused ? Hq * (D + per) : Hq * D;
-    const tensor& wq = w.get("q_proj.weight", {q_rows, d});
-    const tensor* bq = w.find("q_proj.bias", {q_rows});
-    const tensor& wk = w.get("k_proj.weight", {Hkv * D, d});
-    const tensor* bk = w.find("k_proj.bias", {Hkv * D});
-    const tensor& wv = w.get("v_proj.weight", {Hkv * D, d});
-    const tensor* bv = w.find("v_proj.bias", {Hkv * D});
+    const weight_view& wq = w.get("q_proj.weight", {q_rows, d});
+    const weight_view* bq = w.find("q_proj.bias", {q_rows});
+    const weight_view& wk = w.get("k_proj.weight", {Hkv * D, d});
+    const weight_view* bk = w.find("k_proj.bias", {Hkv * D});
+    const weight_view& wv = w.get("v_proj.weight", {Hkv * D, d});
+    const weight_view* bv = w.find("v_proj.bias", {Hkv * D});
 
-    // source rows of the fused projection, in P's column order
-    struct row_ref { const tensor* w; const tensor* b; index row; };
-    std::vector<row_ref> rows;
-    auto q_row = [&](index h, index k) -> index {  // row of q_proj holding channel k of head h's query
-      if (!fused) return h * D + k;
-      if (g.layout == fused_layout::per_head) return h * (D + per) + k;
-      return (h / G) * G * (D + per) + (h % G) * D + k;
+    // P's columns as row segments of the checkpoint's tensors: a fused q_proj interleaves each
+    // head's (or KV group's) query and gate rows, so it becomes one segment per head for q and one
+    // per head for the scores, and the kernel still reads q and u with plain strides.
+    std::vector<weight_segment> parts;
+    auto q_first = [&](index h) -> index {  // first row of q_proj holding head h's query
+      if (!fused) return h * D;
+      if (g.layout == fused_layout::per_head) return h * (D + per);
+      return (h / G) * G * (D + per) + (h % G) * D;
     };
-    auto u_row = [&](index h, index k) -> index {  // row of q_proj holding gate score k of head h
-      if (g.layout == fused_layout::per_head) return h * (D + per) + D + k;
-      return (h / G) * G * (D + per) + G * D + (h % G) * per + k;
+    auto u_first = [&](index h) -> index {  // first row of q_proj holding head h's gate scores
+      if (g.layout == fused_layout::per_head) return h * (D + per) + D;
+      return (h / G) * G * (D + per) + G * D + (h % G) * per;
     };
-    for (index h = 0; h < Hq; ++h)
-      for (index k = 0; k < D; ++k) rows.push_back({&wq, bq, q_row(h, k)});
-    for (index r = 0; r < Hkv * D; ++r) rows.push_back({&wk, bk, r});
-    for (index r = 0; r < Hkv * D; ++r) rows.push_back({&wv, bv, r});
     if (fused) {
-      for (index h = 0; h < Hq; ++h)
-        for (index k = 0; k < per; ++k) rows.push_back({&wq, bq, u_row(h, k)});
+      for (index h = 0; h < Hq; ++h) parts.push_back({wq, q_first(h), D, bq});
+    } else {
+      parts.push_back({wq, 0, Hq * D, bq});
+    }
+    parts.push_back({wk, 0, Hkv * D, bk});
+    parts.push_back({wv, 0, Hkv * D, bv});
+    if (fused) {
+      for (index h = 0; h < Hq; ++h) parts.push_back({wq, u_first(h), per, bq});
     } else if (g.enabled && g.source == gate_source::separate) {
-      const tensor& wg = w.get("g_proj.weight", {gate_.scores(), d});
-      const tensor* bg = w.find("g_proj.bias", {gate_.scores()});
-      for (index r = 0; r < gate_.scores(); ++r) rows.push_back({&wg, bg, r});
+      parts.push_back({w.get("g_proj.weight", {gate_.scores(), d}), 0, gate_.scores(),
+                       w.find("g_proj.bias", {gate_.scores()})});
     } else if (g.enabled && g.source == gate_source::low_rank) {
-      const tensor& wa = w.get("g_a_proj.weight", {g.rank, d});
-      const tensor* ba = w.find("g_a_proj.bias", {g.rank});
-      for (index r = 0; r < g.rank; ++r) rows.push_back({&wa, ba, r});
-      const tensor& wb = w.get("g_b_proj.weight", {gate_.scores(), g.rank});
-      gate_b_ = make_linear(wb, w.find("g_b_proj.bias", {gate_.scores()}));
+      parts.push_back({w.get("g_a_proj.weight", {g.rank, d}), 0, g.rank, w.find("g_a_proj.bias", {g.rank})});
+      gate_b_ = make_linear(w.get("g_b_proj.weight", {gate_.scores(), g.rank}), w.find("g_b_proj.bias", {gate_.scores()}));
     }
-    n_cols_ = index(rows.size());
-    qkvg_.weight.resize(n_cols_, d);
-    bool any_bias = false;
-    for (const row_ref& r : rows) any_bias = any_bias || r.b != nullptr;
-    if (any_bias) qkvg_.bias = Eigen::VectorXf::Zero(n_cols_);
-    for (index c = 0; c < n_cols_; ++c) {
-      const row_ref& r = rows[std::size_t(c)];
-      std::copy_n(r.w->data.data() + r.row * d, d, qkvg_.weight.row(c).data());
-      if (r.b) qkvg_.bias[c] = r.b->data[std::size_t(r.row)];
-    }
+    qkvg_ = linear_map(parts);
+    n_cols_ = qkvg_.out();
     o_ = make_linear(w.get("o_proj.weight", {d, Hq * D}), w.find("o_proj.bias", {d}));
     if (cfg_.qk_norm != norm_kind::none) {
-      q_norm_ = w.get("q_norm.weight", {D}).data;
-      k_norm_ = w.get("k_norm.weight", {D}).data;
+      q_norm_ = w.widened("q_norm.weight", {D});
+      k_norm_ = w.widened("k_norm.weight", {D});
     }
-    if (cfg_.output_norm != norm_kind::none) o_norm_ = w.get("o_norm.weight", {D}).data;
+    if (cfg_.output_norm != norm_kind::none) o_norm_ = w.widened("o_norm.weight", {D});
   }
 
   void step_impl(matrix_view<const float> x, const index* cu, index batch, sequence_cache* caches,

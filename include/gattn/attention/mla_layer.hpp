@@ -126,54 +126,50 @@ class mla_layer {
   index col_kva() const { return q_cols(); }
   index col_extra() const { return q_cols() + latent_width(); }
 
+  // The projections hold views of `w`'s weights (no copy), so the memory behind them must outlive
+  // the layer unless the views keep it alive (weight_maps of fp32 tensors and io::load_weights'
+  // views do). Norm weights and biases are widened (small). W_uk/W_uv of the absorbed form are the
+  // one copy: fp32, H·(d_nope + d_v)·d_c·4 bytes (the size of kv_b_proj in fp32), because the
+  // absorbed path multiplies by them as Eigen matrices.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
     const index dc = cfg_.kv_lora_rank;
     gate_ = shape_of_gate(cfg_);
-    std::vector<std::pair<const tensor*, const tensor*>> parts;  // (weight, bias) stacked into `first_`
+    std::vector<weight_segment> parts;  // stacked into `first_`
     if (cfg_.q_lora_rank > 0) {
-      parts.push_back({&w.get("q_a_proj.weight", {cfg_.q_lora_rank, d}), w.find("q_a_proj.bias", {cfg_.q_lora_rank})});
-      q_a_norm_ = w.get("q_a_layernorm.weight", {cfg_.q_lora_rank}).data;
+      parts.push_back({w.get("q_a_proj.weight", {cfg_.q_lora_rank, d}), 0, -1, w.find("q_a_proj.bias", {cfg_.q_lora_rank})});
+      q_a_norm_ = w.widened("q_a_layernorm.weight", {cfg_.q_lora_rank});
       q_b_ = make_linear(w.get("q_b_proj.weight", {H * qk(), cfg_.q_lora_rank}), w.find("q_b_proj.bias", {H * qk()}));
     } else {
-      parts.push_back({&w.get("q_proj.weight", {H * qk(), d}), w.find("q_proj.bias", {H * qk()})});
+      parts.push_back({w.get("q_proj.weight", {H * qk(), d}), 0, -1, w.find("q_proj.bias", {H * qk()})});
     }
-    parts.push_back({&w.get("kv_a_proj_with_mqa.weight", {latent_width(), d}),
+    parts.push_back({w.get("kv_a_proj_with_mqa.weight", {latent_width(), d}), 0, -1,
                      w.find("kv_a_proj_with_mqa.bias", {latent_width()})});
-    kv_a_norm_ = w.get("kv_a_layernorm.weight", {dc}).data;
+    kv_a_norm_ = w.widened("kv_a_layernorm.weight", {dc});
     const gate_config& g = cfg_.gate;
     if (g.enabled && g.source == gate_source::low_rank) {
-      parts.push_back({&w.get("g_a_proj.weight", {g.rank, d}), w.find("g_a_proj.bias", {g.rank})});
+      parts.push_back({w.get("g_a_proj.weight", {g.rank, d}), 0, -1, w.find("g_a_proj.bias", {g.rank})});
       gate_b_ = make_linear(w.get("g_b_proj.weight", {gate_.scores(), g.rank}), w.find("g_b_proj.bias", {gate_.scores()}));
     } else if (g.enabled) {
-      parts.push_back({&w.get("g_proj.weight", {gate_.scores(), d}), w.find("g_proj.bias", {gate_.scores()})});
+      parts.push_back({w.get("g_proj.weight", {gate_.scores(), d}), 0, -1, w.find("g_proj.bias", {gate_.scores()})});
     }
-    n_cols_ = 0;
-    bool any_bias = false;
-    for (auto& pr : parts) {
-      n_cols_ += pr.first->shape[0];
-      any_bias = any_bias || pr.second;
-    }
-    first_.weight.resize(n_cols_, d);
-    if (any_bias) first_.bias = Eigen::VectorXf::Zero(n_cols_);
-    index row = 0;
-    for (auto& pr : parts) {
-      const index n = pr.first->shape[0];
-      first_.weight.middleRows(row, n) = Eigen::Map<const row_matrix>(pr.first->data.data(), n, d);
-      if (pr.second) first_.bias.segment(row, n) = Eigen::Map<const Eigen::VectorXf>(pr.second->data.data(), n);
-      row += n;
-    }
-    const tensor& kvb = w.get("kv_b_proj.weight", {H * (dn + dv), dc});
-    const tensor* kvb_bias = w.find("kv_b_proj.bias", {H * (dn + dv)});
+    first_ = linear_map(parts);
+    n_cols_ = first_.out();
+    const weight_view& kvb = w.get("kv_b_proj.weight", {H * (dn + dv), dc});
+    const weight_view* kvb_bias = w.find("kv_b_proj.bias", {H * (dn + dv)});
     kv_b_ = make_linear(kvb, kvb_bias);
     // Absorbed form: per head W_uk [d_nope, d_c] and W_uv [d_v, d_c], the two row blocks of kv_b_proj.
     // A kv_b_proj bias cannot be absorbed into a latent-width query; such checkpoints run expanded.
     absorbable_ = kvb_bias == nullptr;
     w_uk_.resize(std::size_t(H));
     w_uv_.resize(std::size_t(H));
-    for (index h = 0; h < H; ++h) {
-      w_uk_[std::size_t(h)] = kv_b_.weight.middleRows(h * (dn + dv), dn);
-      w_uv_[std::size_t(h)] = kv_b_.weight.middleRows(h * (dn + dv) + dn, dv);
+    auto widened_rows = [&](index first, index count) {
+      const std::vector<float> v = kvb.row_range(first, count).widened();
+      return row_matrix(Eigen::Map<const row_matrix>(v.data(), count, dc));
+    };
+    for (index h = 0; h < H && absorbable_; ++h) {
+      w_uk_[std::size_t(h)] = widened_rows(h * (dn + dv), dn);
+      w_uv_[std::size_t(h)] = widened_rows(h * (dn + dv) + dn, dv);
     }
     o_ = make_linear(w.get("o_proj.weight", {d, H * dv}), w.find("o_proj.bias", {d}));
   }

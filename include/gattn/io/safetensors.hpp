@@ -224,6 +224,8 @@ class tensor_view {
   std::uint64_t nbytes() const { return info_.end - info_.begin; }
   /// The first byte of the tensor (no alignment guarantee; may be null for an empty tensor).
   const std::uint8_t* data() const { return bytes_.get(); }
+  /// data(), sharing ownership of the mapping (or buffer) it points into.
+  const std::shared_ptr<const std::uint8_t>& shared_data() const { return bytes_; }
   /// The file the tensor came from (its path, or the origin given to parse()).
   const std::string& origin() const { return origin_; }
 

@@ -86,10 +86,10 @@ inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const 
   // 3. QK-norm, 4. RoPE
   const bool zc = c.qk_norm == norm_kind::rms_zero_centered;
   if (c.qk_norm != norm_kind::none) {
-    const tensor& qn = w.get("q_norm.weight", {D});
-    const tensor& kn = w.get("k_norm.weight", {D});
-    for (index t = 0; t < T * Hq; ++t) rms_norm(&q[std::size_t(t * D)], D, qn.data.data(), c.rms_norm_eps, zc);
-    for (index t = 0; t < T * Hkv; ++t) rms_norm(&k[std::size_t(t * D)], D, kn.data.data(), c.rms_norm_eps, zc);
+    const std::vector<float> qn = w.widened("q_norm.weight", {D});
+    const std::vector<float> kn = w.widened("k_norm.weight", {D});
+    for (index t = 0; t < T * Hq; ++t) rms_norm(&q[std::size_t(t * D)], D, qn.data(), c.rms_norm_eps, zc);
+    for (index t = 0; t < T * Hkv; ++t) rms_norm(&k[std::size_t(t * D)], D, kn.data(), c.rms_norm_eps, zc);
   }
   for (index t = 0; t < T; ++t) {
     for (index h = 0; h < Hq; ++h) rope(&q[std::size_t((t * Hq + h) * D)], t, c.rope);
@@ -105,9 +105,9 @@ inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const 
   // 8. output norm, then the G1 gate
   r.gated = r.sdpa;
   if (c.output_norm != norm_kind::none) {
-    const tensor& on = w.get("o_norm.weight", {D});
+    const std::vector<float> on = w.widened("o_norm.weight", {D});
     for (index t = 0; t < T * Hq; ++t)
-      rms_norm(&r.gated[std::size_t(t * D)], D, on.data.data(), c.rms_norm_eps,
+      rms_norm(&r.gated[std::size_t(t * D)], D, on.data(), c.rms_norm_eps,
                c.output_norm == norm_kind::rms_zero_centered);
   }
   if (g.enabled && g.position == gate_position::g1) apply_gate(r.gated.data(), r.gate, T, Hq, D, per, g.combine);

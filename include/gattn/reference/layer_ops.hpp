@@ -16,13 +16,13 @@ using dmatrix = std::vector<double>;  // row-major, shape carried by the caller
 /// y[T, out] = x[T, in] · Wᵀ (+ b), with W = weights[name + ".weight"] of shape [out, in].
 inline dmatrix linear(const dmatrix& x, index rows, index in, const weight_map& w, const std::string& name,
                       index out) {
-  const tensor& W = w.get(name + ".weight", {out, in});
-  const tensor* b = w.find(name + ".bias", {out});
+  const std::vector<float> W = w.widened(name + ".weight", {out, in});
+  const std::vector<float> b = w.contains(name + ".bias") ? w.widened(name + ".bias", {out}) : std::vector<float>{};
   dmatrix y(std::size_t(rows * out), 0.0);
   for (index t = 0; t < rows; ++t)
     for (index o = 0; o < out; ++o) {
-      double acc = b ? double(b->data[std::size_t(o)]) : 0.0;
-      for (index i = 0; i < in; ++i) acc += x[std::size_t(t * in + i)] * double(W.data[std::size_t(o * in + i)]);
+      double acc = b.empty() ? 0.0 : double(b[std::size_t(o)]);
+      for (index i = 0; i < in; ++i) acc += x[std::size_t(t * in + i)] * double(W[std::size_t(o * in + i)]);
       y[std::size_t(t * out + o)] = acc;
     }
   return y;

@@ -22,19 +22,19 @@ inline layer_result mla_forward(const mla_config& c, const weight_map& w, const 
   dmatrix q;
   if (c.q_lora_rank > 0) {
     dmatrix cq = linear(x, T, d, w, "q_a_proj", c.q_lora_rank);
-    const tensor& qn = w.get("q_a_layernorm.weight", {c.q_lora_rank});
-    for (index t = 0; t < T; ++t) rms_norm(&cq[std::size_t(t * c.q_lora_rank)], c.q_lora_rank, qn.data.data(), c.rms_norm_eps, false);
+    const std::vector<float> qn = w.widened("q_a_layernorm.weight", {c.q_lora_rank});
+    for (index t = 0; t < T; ++t) rms_norm(&cq[std::size_t(t * c.q_lora_rank)], c.q_lora_rank, qn.data(), c.rms_norm_eps, false);
     q = linear(cq, T, c.q_lora_rank, w, "q_b_proj", H * dqk);
   } else {
     q = linear(x, T, d, w, "q_proj", H * dqk);
   }
   // 2. latent c and the shared k_rope
   dmatrix kva = linear(x, T, d, w, "kv_a_proj_with_mqa", dc + dr);
-  const tensor& kvn = w.get("kv_a_layernorm.weight", {dc});
+  const std::vector<float> kvn = w.widened("kv_a_layernorm.weight", {dc});
   dmatrix latent(std::size_t(T * dc));
   for (index t = 0; t < T; ++t) {
     std::copy_n(&kva[std::size_t(t * (dc + dr))], dc, &latent[std::size_t(t * dc)]);
-    rms_norm(&latent[std::size_t(t * dc)], dc, kvn.data.data(), c.rms_norm_eps, false);
+    rms_norm(&latent[std::size_t(t * dc)], dc, kvn.data(), c.rms_norm_eps, false);
   }
   // 3. per head [k_nope | v] from the latent
   dmatrix kv = linear(latent, T, dc, w, "kv_b_proj", H * (dn + dv));

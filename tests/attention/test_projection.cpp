@@ -1,0 +1,176 @@
+// linear_map over typed weight views: GEMV (rows <= 2) and GEMM, f32/bf16/f16, several segments,
+// row strides (column-sliced views), odd sizes, every thread context; against a double-precision
+// product of the widened weights. The GEMV inner loop runs on every arch of the binary.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gattn/attention/projection.hpp"
+#include "gattn/simd/convert.hpp"
+#include "support/kernel_sweep.hpp"
+
+namespace gattn {
+namespace {
+
+/// A [rows, cols] weight stored as `type`, possibly with `pad` unused elements after each row.
+struct stored_weight {
+  storage_type type;
+  index rows, cols, pad;
+  std::vector<float> f32;
+  std::vector<std::uint16_t> bits;
+
+  stored_weight(storage_type t, index r, index c, index p, unsigned seed) : type(t), rows(r), cols(c), pad(p) {
+    std::mt19937 gen(seed);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const std::size_t n = std::size_t(r * (c + p));
+    if (t == storage_type::f32) {
+      f32.resize(n);
+      for (float& v : f32) v = nd(gen);
+    } else {
+      bits.resize(n);
+      for (auto& b : bits) b = t == storage_type::bf16 ? round_to_bf16(nd(gen)) : round_to_f16(nd(gen));
+    }
+  }
+  weight_view view() const {
+    const void* p = type == storage_type::f32 ? static_cast<const void*>(f32.data()) : bits.data();
+    return weight_view(type, p, {rows, cols}, cols + pad);
+  }
+};
+
+std::vector<float> random_vector(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = nd(gen);
+  return v;
+}
+
+/// y = x · Wᵀ + b in double over the rows of the segments, and Σ|w·x| per output (the scale of
+/// fp32 rounding).
+void reference(const std::vector<weight_segment>& segs, const std::vector<float>& x, index rows, index in,
+               std::vector<double>& y, std::vector<double>& mag) {
+  y.clear();
+  mag.clear();
+  for (index t = 0; t < rows; ++t)
+    for (const weight_segment& s : segs) {
+      const index count = s.count < 0 ? s.weight.rows() - s.first : s.count;
+      for (index r = s.first; r < s.first + count; ++r) {
+        double acc = s.bias ? double(s.bias->at(r, 0)) : 0.0, m = std::abs(acc);
+        for (index k = 0; k < in; ++k) {
+          const double p = double(s.weight.at(r, k)) * double(x[std::size_t(t * in + k)]);
+          acc += p;
+          m += std::abs(p);
+        }
+        y.push_back(acc);
+        mag.push_back(m);
+      }
+    }
+}
+
+void expect_close(const linear_map& m, const std::vector<weight_segment>& segs, index rows, index in,
+                  const execution_context& exec, const char* what) {
+  const auto x = random_vector(std::size_t(rows * in), 7);
+  std::vector<double> want, mag;
+  reference(segs, x, rows, in, want, mag);
+  const index out = m.out(), y_stride = out + 3;
+  std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
+  m.apply(x.data(), rows, in, y.data(), y_stride, exec);
+  for (index t = 0; t < rows; ++t) {
+    for (index o = 0; o < out; ++o) {
+      const double w = want[std::size_t(t * out + o)], tol = 3e-5 * mag[std::size_t(t * out + o)] + 1e-30;
+      ASSERT_NEAR(y[std::size_t(t * y_stride + o)], w, tol) << what << " row " << t << " out " << o << " in " << in;
+    }
+    for (index o = out; o < y_stride; ++o) ASSERT_EQ(y[std::size_t(t * y_stride + o)], -99.0f) << "wrote past out";
+  }
+}
+
+const storage_type all_types[] = {storage_type::f32, storage_type::bf16, storage_type::f16};
+
+TEST(Projection, GemvAndGemmMatchDoubleForEveryDtypeAndOddSize) {
+  for (storage_type type : all_types)
+    for (index in : {index(1), index(3), index(17), index(4096 + 5)})
+      for (index out : {index(1), index(5), index(70), index(131)}) {
+        if (in > 1000 && out > 70) continue;  // keeps the double reference quick
+        const stored_weight w(type, out, in, 0, unsigned(in * 1000 + out));
+        const std::vector<weight_segment> segs = {{w.view(), 0, -1, nullptr}};
+        const linear_map m(segs);
+        EXPECT_EQ(m.out(), out);
+        EXPECT_EQ(m.in(), in);
+        for (index rows : {index(1), index(2), index(3), index(9)})
+          expect_close(m, segs, rows, in, execution_context{}, to_string(type));
+      }
+}
+
+TEST(Projection, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
+  for (storage_type type : all_types) {
+    // a wider tensor whose columns [5, 5 + 37) are the map's input: row stride 61 + 4 padding
+    const stored_weight big(type, 90, 61, 4, 11);
+    const weight_view slice = big.view().col_range(5, 37);
+    ASSERT_EQ(slice.row_stride(), 65);
+    const stored_weight other(type, 20, 37, 0, 12);
+    std::vector<float> bias_values = random_vector(90, 13);
+    const weight_view bias(storage_type::f32, bias_values.data(), {90});
+    const std::vector<weight_segment> segs = {
+        {slice, 3, 7, &bias}, {other.view(), 0, -1, nullptr}, {slice, 70, 20, &bias}, {slice, 0, 1, nullptr}};
+    const linear_map m(segs);
+    EXPECT_EQ(m.out(), 7 + 20 + 20 + 1);
+    for (index rows : {index(1), index(2), index(5)}) expect_close(m, segs, rows, 37, execution_context{}, to_string(type));
+  }
+}
+
+TEST(Projection, EveryThreadContextGivesTheSameBits) {
+  struct pool {
+    static void run(void*, index n, void* body, execution_context::range_fn f) {
+      for (index i = n; i > 0; --i) f(body, i - 1, i);  // backwards, one index at a time
+    }
+  };
+  const stored_weight w(storage_type::bf16, 700, 300, 0, 21);  // 420 KB: large enough to go parallel
+  const linear_map m(w.view(), nullptr);
+  for (index rows : {index(1), index(2), index(6)}) {
+    const auto x = random_vector(std::size_t(rows * 300), 22);
+    std::vector<float> a(std::size_t(rows * 700)), b(a.size()), c(a.size());
+    m.apply(x.data(), rows, 300, a.data(), 700, execution_context::serial());
+    m.apply(x.data(), rows, 300, b.data(), 700, execution_context::with_threads(2));
+    m.apply(x.data(), rows, 300, c.data(), 700, execution_context::custom(&pool::run, nullptr, 3));
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c);
+  }
+}
+
+TEST(Projection, MismatchedSegmentsAreRefused) {
+  const stored_weight a(storage_type::f32, 4, 8, 0, 1), b(storage_type::bf16, 4, 9, 0, 2);
+  EXPECT_THROW(linear_map({{a.view(), 0, -1, nullptr}, {b.view(), 0, -1, nullptr}}), shape_error);
+  EXPECT_THROW(linear_map({{a.view(), 2, 3, nullptr}}), shape_error);
+  std::vector<float> short_bias(3);
+  const weight_view bias(storage_type::f32, short_bias.data(), {3});
+  EXPECT_THROW(linear_map(a.view(), &bias), shape_error);
+}
+
+TEST(ProjectionRows, GemvRowsOnEveryArch) {
+  kernel_test::for_each_arch([](auto arch) {
+    using A = decltype(arch);
+    for (storage_type type : all_types)
+      for (index in : {index(1), index(7), index(33), index(257)}) {
+        const stored_weight w(type, 11, in, 2, unsigned(in));
+        const weight_view v = w.view();
+        const auto x = random_vector(std::size_t(in), 3);
+        std::vector<float> y(11), widened(std::size_t(11 * in));
+        detail::gemv_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, x.data(), in, y.data());
+        detail::widen_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, in, widened.data());
+        for (index r = 0; r < 11; ++r) {
+          double want = 0, mag = 0;
+          for (index k = 0; k < in; ++k) {
+            ASSERT_EQ(widened[std::size_t(r * in + k)], v.at(r, k)) << A::name();
+            want += double(v.at(r, k)) * x[std::size_t(k)];
+            mag += std::abs(double(v.at(r, k)) * x[std::size_t(k)]);
+          }
+          ASSERT_NEAR(y[std::size_t(r)], want, 3e-6 * mag + 1e-30) << A::name() << " " << to_string(type) << " in " << in;
+        }
+      }
+  });
+}
+
+}  // namespace
+}  // namespace gattn
