@@ -31,12 +31,9 @@
 #include <cstring>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
@@ -61,11 +58,10 @@ namespace detail {
 /// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
 /// a compile-time parameter, so the fp32 loops are the same code as without it.
 template <class Arch, storage_type S>
-void unit_sdpa(const sdpa_params& p, int threads) {
+void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   using tr = kernel_traits<Arch>;
-  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
+  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, exec.concurrency());
   const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
-  const int team = int(std::min<index>(threads, tasks));
   const index row_block = pl.dv_pad + 2;
   float* partials = nullptr;
   if (pl.splits > 1)
@@ -131,8 +127,10 @@ void unit_sdpa(const sdpa_params& p, int threads) {
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
     // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
     constexpr bool fp32 = S == storage_type::f32;
-    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_last : 0, 0);
-    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_last : 0, 0);
+    detail::cache_stream k_stream = detail::cache_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk,
+                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.k_block_stride);
+    detail::cache_stream v_stream = detail::cache_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v,
+                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.v_block_stride);
     k_stream.ahead = v_stream.ahead = bc;
     const bool v_in_k = !fp32 || detail::v_inside_k(p);
     k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
@@ -167,39 +165,35 @@ void unit_sdpa(const sdpa_params& p, int threads) {
     finish_unit(sc, r, qb);
   };
 
-#ifdef _OPENMP
-  if (team > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-    for (index t = 0; t < tasks; ++t) body(t);
-    if (pl.splits > 1) {
-#pragma omp parallel for schedule(static) num_threads(int(std::min<index>(threads, pl.units)))
-      for (index u = 0; u < pl.units; ++u) merge_unit(u);
-    }
-    return;
-  }
-#endif
-  for (index t = 0; t < tasks; ++t) body(t);
-  if (pl.splits > 1)
-    for (index u = 0; u < pl.units; ++u) merge_unit(u);
+  exec.parallel_for(tasks, body);
+  if (pl.splits > 1) exec.parallel_for(pl.units, merge_unit);
 }
 
+}  // namespace detail
+
+namespace detail {
+/// Runs a validated p on `exec` (the caller's context, or p.exec, or OpenMP with p.threads).
+template <class Arch>
+void fused_sdpa_on(const sdpa_params& p, const execution_context& exec) {
+  if (p.t_q == 0) return;
+  if (use_decode_path(p)) {
+    decode_sdpa<Arch>(p, exec);
+    return;
+  }
+  switch (p.kv_type) {
+    case storage_type::bf16: unit_sdpa<Arch, storage_type::bf16>(p, exec); return;
+    case storage_type::f16: unit_sdpa<Arch, storage_type::f16>(p, exec); return;
+    case storage_type::f32: break;
+  }
+  unit_sdpa<Arch, storage_type::f32>(p, exec);
+}
 }  // namespace detail
 
 template <class Arch>
 void fused_sdpa(const sdpa_params& p) {
   detail::validate(p);
-  if (p.t_q == 0) return;
-  const int threads = detail::resolve_threads(p.threads);
-  if (detail::use_decode_path(p)) {
-    detail::decode_sdpa<Arch>(p, threads);
-    return;
-  }
-  switch (p.kv_type) {
-    case storage_type::bf16: detail::unit_sdpa<Arch, storage_type::bf16>(p, threads); return;
-    case storage_type::f16: detail::unit_sdpa<Arch, storage_type::f16>(p, threads); return;
-    case storage_type::f32: break;
-  }
-  detail::unit_sdpa<Arch, storage_type::f32>(p, threads);
+  if (p.exec != nullptr) detail::fused_sdpa_on<Arch>(p, *p.exec);
+  else detail::fused_sdpa_on<Arch>(p, execution_context::with_threads(p.threads));
 }
 
 }  // namespace gattn
