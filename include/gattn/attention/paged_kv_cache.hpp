@@ -134,7 +134,8 @@ class paged_kv_cache {
 
   /// Fills p's K/V views for s: kv_type, k/v (f32) or k_bits/v_bits, token and block strides, the
   /// block table and t_k = size(s). GQA pools (from a gqa_config) also set the head strides (D);
-  /// keys-only pools make V alias K (MLA's latent) with head strides 0. Valid until the next
+  /// keys-only pools make V alias K (MLA's latent) with head strides 0; pools made from raw widths
+  /// leave the head strides as the caller set them. Valid until the next
   /// append, fork or release on this cache (the table may be rewritten by copy-on-write).
   void bind(sequence_id s, sdpa_params& p) const {
     check_id(s);
