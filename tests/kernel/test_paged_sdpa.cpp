@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gattn/backend/backend.hpp"
 #include "gattn/kernel/kernel.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
@@ -103,6 +104,30 @@ TEST(KernelPagedSdpa, SplitKeyDecodeAndPrefillOverManyBlocks) {
   run_case({1, 2100, 8, 2, 40, 40}, storage_type::f32, 16);
   run_case({2, 1500, 4, 1, 64, 64}, storage_type::bf16, 64);
   run_case({64, 900, 4, 2, 32, 32}, storage_type::f16, 3);
+}
+
+// The baselines behind --reference and unfused read paged and bf16/f16 views too (widened copies).
+TEST(KernelPagedSdpa, BaselinesReadPagedAndLowPrecisionViews) {
+  for (storage_type s : {storage_type::f32, storage_type::bf16, storage_type::f16})
+    for (bool mla : {false, true}) {
+      kernel_test::problem pr;
+      pr.t_q = 5; pr.t_k = 50; pr.hq = 4; pr.hkv = mla ? 1 : 2; pr.dqk = 16; pr.dv = mla ? 12 : 16;
+      pr.v_aliases_k = mla;
+      pr.fill(3);
+      if (s != storage_type::f32) {
+        gattn::test::store_as(s, pr.k);
+        gattn::test::store_as(s, pr.v);
+      }
+      const kernel_test::paged_copy pc(pr, 3, 5, s);
+      const auto ref = pr.oracle();
+      for (auto fn : {&gattn::reference_sdpa, &gattn::unfused_sdpa}) {
+        std::vector<float> out(pr.out_size());
+        auto p = pr.params(out.data());
+        pc.apply(pr, p);
+        fn(p);
+        EXPECT_LE(kernel_test::max_abs_diff(out, ref), 1e-5 * max_abs(ref)) << gattn::to_string(s) << (mla ? " mla" : "");
+      }
+    }
 }
 
 TEST(KernelPagedSdpa, RefusesABadBlockSize) {
