@@ -196,4 +196,23 @@ void fused_sdpa(const sdpa_params& p) {
   else detail::fused_sdpa_on<Arch>(p, execution_context::with_threads(p.threads));
 }
 
+/// A batch of independent problems (SPEC §11: e.g. one per sequence, prefill chunks and decode
+/// tokens mixed; each problem's exec field is ignored). Each problem is validated before any runs.
+/// When count >= exec.concurrency(), the problems run in parallel, each on one thread (a batch of
+/// single-token decodes fills the threads); otherwise one after the other, each with the whole
+/// context. Each output is what that problem gives alone on the same context (bitwise when
+/// count < concurrency; on one thread otherwise); deterministic for fixed inputs and concurrency.
+template <class Arch = default_arch>
+void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_context& exec) {
+  detail::require<shape_error>(count >= 0 && (count == 0 || problems != nullptr), "fused_sdpa_batch: count=", count,
+                               problems == nullptr ? " with problems null" : " must be >= 0");
+  for (index i = 0; i < count; ++i) detail::validate(problems[i]);
+  if (count >= exec.concurrency()) {
+    const execution_context one = execution_context::serial();
+    exec.parallel_for(count, [&](index i) { detail::fused_sdpa_on<Arch>(problems[i], one); });
+    return;
+  }
+  for (index i = 0; i < count; ++i) detail::fused_sdpa_on<Arch>(problems[i], exec);
+}
+
 }  // namespace gattn
