@@ -216,7 +216,9 @@ TEST(PagedKvCache, BindGivesTheKernelTheContiguousCachesAnswer) {
       cc.bind(pcn);
       ASSERT_EQ(pp.t_k, n);
       ASSERT_EQ(pcn.t_k, n);
-      if (mla) ASSERT_EQ(pp.k_head_stride, 0);
+      if (mla) {
+        ASSERT_EQ(pp.k_head_stride, 0);
+      }
       gattn::fused_sdpa(pp);
       gattn::fused_sdpa(pcn);
       double ymax = 0, err = 0;

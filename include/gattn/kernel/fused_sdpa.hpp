@@ -23,6 +23,13 @@
 // element type as a template parameter; the unit paths widen each K and V tile into the unit's
 // scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
 // the cache is ever made and the arithmetic is the fp32 path's.
+// Paged K/V (sdpa_params::block_table, SPEC §11): every K/V row address comes from
+// detail::key_row / value_row; a unit's key tile and a decode V group are cut at block ends (a
+// tile is read in place with one row stride), decode maps each key's row pointer through the
+// table, and the software prefetch walks the table (cache_stream::with_blocks). No gather copy.
+// Threads: every parallel loop is execution_context::parallel_for (p.exec, or an OpenMP team of
+// p.threads), and the plan (key splits) follows its concurrency(); fused_sdpa_batch runs many
+// problems on one context.
 // Scratch: thread_local, grown once (see unit_scratch in scratch.hpp for the per-unit layout); the split
 // partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
 #pragma once
@@ -49,7 +56,8 @@ namespace gattn {
 /// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
 /// Validates shapes (throws gattn::shape_error naming the field), never allocates per call once
 /// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
-/// Deterministic: bitwise identical results for a fixed thread count.
+/// Deterministic: bitwise identical results for a fixed concurrency (thread count or
+/// p.exec->concurrency(); a call inside an OpenMP parallel region runs serially).
 template <class Arch = default_arch>
 void fused_sdpa(const sdpa_params& p);
 

@@ -89,7 +89,7 @@ struct cache_stream {
     const index inner_count = heads_outer ? n : heads;
     const index inner_bytes = heads_outer ? token_bytes : head_bytes, outer_bytes = heads_outer ? head_bytes : token_bytes;
     index outer = s_begin / inner_count, inner = s_begin % inner_count;
-    const char* first_slice = base + t0 * token_bytes;
+    const char* first_slice = table ? base : base + t0 * token_bytes;  // paged: addresses from the table
     for (index s = s_begin; s < s_end; ++s) {
       const char* a = (table ? token_address(t0 + outer) : first_slice + outer * outer_bytes) + inner * inner_bytes;
       if (++inner == inner_count) {
