@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "gattn/kernel/kernel.hpp"
 #include "gattn/reference/sdpa.hpp"
+#include "gattn/simd/convert.hpp"
 
 namespace kernel_test {
 
@@ -171,6 +173,65 @@ struct problem {
           for (index c = 0; c < dv; ++c) o[c] /= l;
       }
     return out;
+  }
+};
+
+/// A paged copy of a token-major problem's K and V (SPEC §11): blocks of `block_size` token rows
+/// (each row as the problem lays it out, pads included) placed in a random permutation of a pool
+/// with spare blocks, every unused element NaN (a read outside the table shows in the output).
+/// Low precision: `type` bf16/f16 stores the bits of the (already rounded, see store_as) values.
+struct paged_copy {
+  index block_size = 1, k_block = 0, v_block = 0;
+  gattn::storage_type type = gattn::storage_type::f32;
+  std::vector<std::int32_t> table;
+  std::vector<float> k, v;
+  std::vector<std::uint16_t> k_bits, v_bits;
+
+  paged_copy(const problem& pr, index bs, unsigned seed, gattn::storage_type t = gattn::storage_type::f32)
+      : block_size(bs), type(t) {
+    const index used = (pr.t_k + bs - 1) / bs, pool = used + 2;
+    std::vector<std::int32_t> order(static_cast<std::size_t>(pool));
+    for (index b = 0; b < pool; ++b) order[std::size_t(b)] = std::int32_t(b);
+    std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+    table.assign(order.begin(), order.begin() + used);
+    k_block = bs * pr.kts;
+    v_block = bs * pr.vts;
+    k = scatter(pr.k, pr.kts, k_block, pool, pr.t_k);
+    v = scatter(pr.v, pr.vts, v_block, pool, pr.t_k);
+    if (type != gattn::storage_type::f32) {
+      k_bits = bits_of(k);
+      v_bits = bits_of(v);
+    }
+  }
+  /// Turns pr.params(out) into the paged view (keeps MLA's V-aliases-K).
+  void apply(const problem& pr, gattn::sdpa_params& p) const {
+    const bool alias = pr.v_aliases_k;
+    p.kv_type = type;
+    p.k = k.data();
+    p.v = alias ? k.data() : v.data();
+    if (type != gattn::storage_type::f32) {
+      p.k = p.v = nullptr;
+      p.k_bits = k_bits.data();
+      p.v_bits = alias ? k_bits.data() : v_bits.data();
+    }
+    p.block_table = table.data();
+    p.block_size = block_size;
+    p.k_block_stride = k_block;
+    p.v_block_stride = alias ? k_block : v_block;
+  }
+
+ private:
+  std::vector<float> scatter(const std::vector<float>& src, index ts, index block_floats, index pool, index t_k) const {
+    std::vector<float> dst(std::size_t(std::max<index>(pool * block_floats, 1)), std::numeric_limits<float>::quiet_NaN());
+    for (index j = 0; j < t_k; ++j)
+      std::copy_n(src.begin() + j * ts, ts, dst.begin() + table[std::size_t(j / block_size)] * block_floats + (j % block_size) * ts);
+    return dst;
+  }
+  std::vector<std::uint16_t> bits_of(const std::vector<float>& x) const {
+    std::vector<std::uint16_t> b(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      b[i] = type == gattn::storage_type::bf16 ? gattn::round_to_bf16(x[i]) : gattn::round_to_f16(x[i]);
+    return b;
   }
 };
 

@@ -145,6 +145,26 @@ class kv_cache {
   void widen_key(index t, float* dst) const { widen_row(keys_, key_bits_, key_width_, t, dst); }
   void widen_value(index t, float* dst) const { widen_row(values_, value_bits_, value_width_, t, dst); }
 
+  /// Fills p's K/V views for this cache, as paged_kv_cache::bind does for a sequence: kv_type,
+  /// k/v (f32) or k_bits/v_bits, token strides, no block table, t_k = size(). GQA caches (from a
+  /// gqa_config) also set the head strides (D); a keys-only cache makes V alias K (MLA's latent)
+  /// with head strides 0. A cache made from raw widths leaves the head strides as the caller set them.
+  void bind(sdpa_params& p) const {
+    const bool alias = value_width_ == 0, f32 = type_ == storage_type::f32;
+    p.kv_type = type_;
+    p.k = f32 ? keys_.data() : nullptr;
+    p.v = f32 ? (alias ? keys_.data() : values_.data()) : nullptr;
+    p.k_bits = f32 ? nullptr : key_bits_.data();
+    p.v_bits = f32 ? nullptr : (alias ? key_bits_.data() : value_bits_.data());
+    p.k_token_stride = key_width_;
+    p.v_token_stride = alias ? key_width_ : value_width_;
+    p.block_table = nullptr;
+    p.block_size = p.k_block_stride = p.v_block_stride = 0;
+    if (alias) p.k_head_stride = p.v_head_stride = 0;
+    else if (part_ > 0 && part_ < key_width_) p.k_head_stride = p.v_head_stride = part_;
+    p.t_k = size_;
+  }
+
   /// Forgets every token (keeps the memory).
   void clear() { size_ = 0; }
   /// Keeps the first `n` tokens and forgets the rest (e.g. rejected speculative tokens).

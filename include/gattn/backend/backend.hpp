@@ -8,6 +8,7 @@
 
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/sdpa_function.hpp"
+#include "gattn/backend/dense_kv.hpp"
 #include "gattn/backend/unfused_sdpa.hpp"
 #include "gattn/reference/sdpa.hpp"
 
@@ -22,9 +23,14 @@ inline const char* to_string(sdpa_backend b) {
 
 /// The oracle as an sdpa_function: gathers the strided views into dense double arrays, runs
 /// reference::sdpa, and applies the epilogue with the same vector ops as the kernel.
+/// Paged or bf16/f16 K/V are widened into dense copies first (exact).
 inline void reference_sdpa(const sdpa_params& p) {
-  detail::require<config_error>(p.kv_type == storage_type::f32, "reference_sdpa: kv_type=", to_string(p.kv_type),
-                                " is supported by the kernel only");
+  if (!detail::dense_f32_kv(p)) {
+    detail::validate(p);
+    std::vector<float> k, v;
+    reference_sdpa(detail::dense_kv_view(p, k, v));
+    return;
+  }
   const reference::sdpa_shape s{p.t_q, p.t_k, p.q_heads, p.kv_heads, p.d_qk, p.d_v, double(p.scale), p.causal};
   std::vector<double> q(std::size_t(p.t_q * p.q_heads * p.d_qk)), k(std::size_t(p.t_k * p.kv_heads * p.d_qk)),
       v(std::size_t(p.t_k * p.kv_heads * p.d_v)), out(std::size_t(p.t_q * p.q_heads * p.d_v)),

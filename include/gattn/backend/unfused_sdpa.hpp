@@ -10,28 +10,29 @@
 #include <vector>
 
 #include <Eigen/Core>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "gattn/attention/epilogue.hpp"
 #include "gattn/attention/projection.hpp"
+#include "gattn/backend/dense_kv.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
 namespace gattn {
 
 /// Runs `p` (same contract as fused_sdpa: strides, bottom-right causal mask, lse, epilogue) the
 /// unfused way. Memory is O(T_q·T_k) per thread: this is the baseline, not a production path.
+/// Paged or bf16/f16 K/V are widened into dense copies first (exact).
 inline void unfused_sdpa(const sdpa_params& p) {
-  detail::require<config_error>(p.kv_type == storage_type::f32, "unfused_sdpa: kv_type=", to_string(p.kv_type),
-                                " is supported by the kernel only");
+  if (!detail::dense_f32_kv(p)) {
+    detail::validate(p);
+    std::vector<float> k, v;
+    unfused_sdpa(detail::dense_kv_view(p, k, v));
+    return;
+  }
   using stride = Eigen::OuterStride<>;
   const index group = p.q_heads / p.kv_heads;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(p.threads > 0 ? p.threads : omp_get_max_threads())
-#endif
-  for (index h = 0; h < p.q_heads; ++h) {
+  const execution_context exec = p.exec ? *p.exec : execution_context::with_threads(p.threads);
+  exec.parallel_for(p.q_heads, [&](index h) {
     thread_local row_matrix scores;
     scores.resize(p.t_q, p.t_k);
     const index r = h / group;
@@ -73,7 +74,7 @@ inline void unfused_sdpa(const sdpa_params& p) {
           O.row(i).noalias() += scores.row(i).segment(common, extra) * V.middleRows(common, extra);
       }
     }
-  }
+  });
   apply_sdpa_epilogue(p, p.epilogue);
 }
 

@@ -5,12 +5,9 @@
 #include <cstring>
 #include <limits>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
@@ -247,10 +244,10 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   const index nvo = pl.dv_pad / W;
   // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
   constexpr bool fp32 = S == storage_type::f32;
-  const cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
-                        decode_prefetch_bytes);
-  const cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
-                               decode_prefetch_bytes);
+  const cache_stream k_stream = cache_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
+                        decode_prefetch_bytes).with_blocks(p.block_table, p.block_size, p.k_block_stride);
+  const cache_stream v_stream = cache_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
+                               decode_prefetch_bytes).with_blocks(p.block_table, p.block_size, p.v_block_stride);
   const index min_lim = decode_lim(p, pl, 0);  // every row sees the keys below it
   const bool v_in_k = !fp32 || v_inside_k(p);
   const storage_element_t<S>* const k_data = stored_k<S>(p);
@@ -263,7 +260,7 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
       for (index r = 0; r < p.kv_heads; ++r) {
         k_stream.prefetch_share(j0 + t0, std::min(qk_keys, nk - t0), r, p.kv_heads);  // this head's share
         for (index t = 0; t < qk_keys; ++t)
-          kp[t] = k_data + (j0 + std::min(t0 + t, nk - 1)) * p.k_token_stride + r * p.k_head_stride;
+          kp[t] = key_row(p, k_data, j0 + std::min(t0 + t, nk - 1)) + r * p.k_head_stride;
         index m = 0;
         for (; m + 4 <= R && qk_keys * 4 <= decode_acc<Arch>; m += 4)
           decode_qk_dispatch<Arch, S>(4, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
@@ -311,12 +308,12 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
     //    diagonal each row takes only its own (pv_accumulate's Masked).
     const bool diag = j0 + nk > min_lim;
     const index tg = p.kv_heads == 1 ? bc : 8;
-    for (index g0 = 0; g0 < nk; g0 += tg) {
-      const index ng = std::min(tg, nk - g0);
+    for (index g0 = 0, ng = 0; g0 < nk; g0 += ng) {
+      ng = keys_in_block(p, j0 + g0, std::min(tg, nk - g0));  // paged: V rows of one block
       for (index r = 0; r < p.kv_heads; ++r) {
         if (!v_in_k) v_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
         index ldv = 0;
-        const float* vt = decode_v_tile<Arch, S>(v_data + (j0 + g0) * p.v_token_stride + r * p.v_head_stride, ng, p, pl,
+        const float* vt = decode_v_tile<Arch, S>(value_row(p, v_data, j0 + g0) + r * p.v_head_stride, ng, p, pl,
                                                  sc.vpack, ldv);
         for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
           const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
@@ -338,8 +335,8 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
 
 /// Decode path of fused_sdpa (see use_decode_path) for K/V stored as S.
 template <class Arch, storage_type S>
-inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
-  const decode_plan pl = make_decode_plan<Arch>(p, threads);
+inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& exec) {
+  const decode_plan pl = make_decode_plan<Arch>(p, exec.concurrency());
   const index row_block = pl.dv_pad + 2;
   const index R = pl.rows_per_head;
   auto finish = [&](const float* o, index ldo, const float* m, const float* l, index stride_ml) {
@@ -372,17 +369,7 @@ inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
       dst[gr * row_block + pl.dv_pad + 1] = sc.l[gr];
     }
   };
-#ifdef _OPENMP
-  const int team = int(std::min<index>(threads, pl.splits));
-  if (team > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-    for (index sp = 0; sp < pl.splits; ++sp) body(sp);
-  } else {
-    for (index sp = 0; sp < pl.splits; ++sp) body(sp);
-  }
-#else
-  for (index sp = 0; sp < pl.splits; ++sp) body(sp);
-#endif
+  exec.parallel_for(pl.splits, body);
   // Merge in split order into split 0's blocks, then finish.
   const index split_stride = pl.rows_total * row_block;
   for (index gr = 0; gr < pl.rows_total; ++gr) {
@@ -395,13 +382,13 @@ inline void decode_sdpa_stored(const sdpa_params& p, int threads) {
 /// Decode path of fused_sdpa (see use_decode_path): the K/V element type is a compile-time
 /// parameter of everything below, so the fp32 loops are the same code as without it.
 template <class Arch>
-inline void decode_sdpa(const sdpa_params& p, int threads) {
+inline void decode_sdpa(const sdpa_params& p, const execution_context& exec) {
   switch (p.kv_type) {
-    case storage_type::bf16: decode_sdpa_stored<Arch, storage_type::bf16>(p, threads); return;
-    case storage_type::f16: decode_sdpa_stored<Arch, storage_type::f16>(p, threads); return;
+    case storage_type::bf16: decode_sdpa_stored<Arch, storage_type::bf16>(p, exec); return;
+    case storage_type::f16: decode_sdpa_stored<Arch, storage_type::f16>(p, exec); return;
     case storage_type::f32: break;
   }
-  decode_sdpa_stored<Arch, storage_type::f32>(p, threads);
+  decode_sdpa_stored<Arch, storage_type::f32>(p, exec);
 }
 
 }  // namespace detail

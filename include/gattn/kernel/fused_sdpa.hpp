@@ -23,6 +23,13 @@
 // element type as a template parameter; the unit paths widen each K and V tile into the unit's
 // scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
 // the cache is ever made and the arithmetic is the fp32 path's.
+// Paged K/V (sdpa_params::block_table, SPEC §11): every K/V row address comes from
+// detail::key_row / value_row; a unit's key tile and a decode V group are cut at block ends (a
+// tile is read in place with one row stride), decode maps each key's row pointer through the
+// table, and the software prefetch walks the table (cache_stream::with_blocks). No gather copy.
+// Threads: every parallel loop is execution_context::parallel_for (p.exec, or an OpenMP team of
+// p.threads), and the plan (key splits) follows its concurrency(); fused_sdpa_batch runs many
+// problems on one context.
 // Scratch: thread_local, grown once (see unit_scratch in scratch.hpp for the per-unit layout); the split
 // partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
 #pragma once
@@ -31,12 +38,9 @@
 #include <cstring>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
@@ -52,7 +56,8 @@ namespace gattn {
 /// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
 /// Validates shapes (throws gattn::shape_error naming the field), never allocates per call once
 /// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
-/// Deterministic: bitwise identical results for a fixed thread count.
+/// Deterministic: bitwise identical results for a fixed concurrency (thread count or
+/// p.exec->concurrency(); a call inside an OpenMP parallel region runs serially).
 template <class Arch = default_arch>
 void fused_sdpa(const sdpa_params& p);
 
@@ -61,11 +66,10 @@ namespace detail {
 /// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
 /// a compile-time parameter, so the fp32 loops are the same code as without it.
 template <class Arch, storage_type S>
-void unit_sdpa(const sdpa_params& p, int threads) {
+void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   using tr = kernel_traits<Arch>;
-  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, threads);
+  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, exec.concurrency());
   const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
-  const int team = int(std::min<index>(threads, tasks));
   const index row_block = pl.dv_pad + 2;
   float* partials = nullptr;
   if (pl.splits > 1)
@@ -131,8 +135,10 @@ void unit_sdpa(const sdpa_params& p, int threads) {
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
     // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
     constexpr bool fp32 = S == storage_type::f32;
-    detail::cache_stream k_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_last : 0, 0);
-    detail::cache_stream v_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_last : 0, 0);
+    detail::cache_stream k_stream = detail::cache_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk,
+                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.k_block_stride);
+    detail::cache_stream v_stream = detail::cache_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v,
+                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.v_block_stride);
     k_stream.ahead = v_stream.ahead = bc;
     const bool v_in_k = !fp32 || detail::v_inside_k(p);
     k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
@@ -167,39 +173,54 @@ void unit_sdpa(const sdpa_params& p, int threads) {
     finish_unit(sc, r, qb);
   };
 
-#ifdef _OPENMP
-  if (team > 1) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(team)
-    for (index t = 0; t < tasks; ++t) body(t);
-    if (pl.splits > 1) {
-#pragma omp parallel for schedule(static) num_threads(int(std::min<index>(threads, pl.units)))
-      for (index u = 0; u < pl.units; ++u) merge_unit(u);
-    }
-    return;
-  }
-#endif
-  for (index t = 0; t < tasks; ++t) body(t);
-  if (pl.splits > 1)
-    for (index u = 0; u < pl.units; ++u) merge_unit(u);
+  exec.parallel_for(tasks, body);
+  if (pl.splits > 1) exec.parallel_for(pl.units, merge_unit);
 }
 
+}  // namespace detail
+
+namespace detail {
+/// Runs a validated p on `exec` (the caller's context, or p.exec, or OpenMP with p.threads).
+template <class Arch>
+void fused_sdpa_on(const sdpa_params& p, const execution_context& exec) {
+  if (p.t_q == 0) return;
+  if (use_decode_path(p)) {
+    decode_sdpa<Arch>(p, exec);
+    return;
+  }
+  switch (p.kv_type) {
+    case storage_type::bf16: unit_sdpa<Arch, storage_type::bf16>(p, exec); return;
+    case storage_type::f16: unit_sdpa<Arch, storage_type::f16>(p, exec); return;
+    case storage_type::f32: break;
+  }
+  unit_sdpa<Arch, storage_type::f32>(p, exec);
+}
 }  // namespace detail
 
 template <class Arch>
 void fused_sdpa(const sdpa_params& p) {
   detail::validate(p);
-  if (p.t_q == 0) return;
-  const int threads = detail::resolve_threads(p.threads);
-  if (detail::use_decode_path(p)) {
-    detail::decode_sdpa<Arch>(p, threads);
+  if (p.exec != nullptr) detail::fused_sdpa_on<Arch>(p, *p.exec);
+  else detail::fused_sdpa_on<Arch>(p, execution_context::with_threads(p.threads));
+}
+
+/// A batch of independent problems (SPEC §11: e.g. one per sequence, prefill chunks and decode
+/// tokens mixed; each problem's exec field is ignored). Each problem is validated before any runs.
+/// When count >= exec.concurrency(), the problems run in parallel, each on one thread (a batch of
+/// single-token decodes fills the threads); otherwise one after the other, each with the whole
+/// context. Each output is what that problem gives alone on the same context (bitwise when
+/// count < concurrency; on one thread otherwise); deterministic for fixed inputs and concurrency.
+template <class Arch = default_arch>
+void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_context& exec) {
+  detail::require<shape_error>(count >= 0 && (count == 0 || problems != nullptr), "fused_sdpa_batch: count=", count,
+                               problems == nullptr ? " with problems null" : " must be >= 0");
+  for (index i = 0; i < count; ++i) detail::validate(problems[i]);
+  if (count >= exec.concurrency()) {
+    const execution_context one = execution_context::serial();
+    exec.parallel_for(count, [&](index i) { detail::fused_sdpa_on<Arch>(problems[i], one); });
     return;
   }
-  switch (p.kv_type) {
-    case storage_type::bf16: detail::unit_sdpa<Arch, storage_type::bf16>(p, threads); return;
-    case storage_type::f16: detail::unit_sdpa<Arch, storage_type::f16>(p, threads); return;
-    case storage_type::f32: break;
-  }
-  detail::unit_sdpa<Arch, storage_type::f32>(p, threads);
+  for (index i = 0; i < count; ++i) detail::fused_sdpa_on<Arch>(problems[i], exec);
 }
 
 }  // namespace gattn

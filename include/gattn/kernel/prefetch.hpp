@@ -33,6 +33,8 @@ struct cache_stream {
   index slice_bytes = 0;                    // d floats
   bool heads_outer = false;                 // address order: head by head (head-major layouts)
   index ahead = 0;                          // prefetch distance in tokens
+  const std::int32_t* table = nullptr;      // paged: token t at block table[t / block_size]
+  index block_size = 0, block_bytes = 0;
 
   /// `ahead_bytes` of slices ahead (at least one token). A zero head stride (MLA's one latent
   /// row read by every head) is one slice per token.
@@ -47,6 +49,22 @@ struct cache_stream {
     heads_outer = heads > 1 && head_bytes > token_bytes;
     const index per_token = heads * slice_bytes;
     ahead = std::max<index>(1, (ahead_bytes + per_token - 1) / per_token);
+  }
+
+  /// The same stream over a paged view (block_table as in sdpa_params, block_stride in floats;
+  /// nullptr = contiguous). A paged view is token-major; a head-major one gets no prefetch.
+  cache_stream with_blocks(const std::int32_t* block_table, index bsize, index block_stride) const {
+    cache_stream c = *this;
+    if (block_table == nullptr) return c;
+    c.table = block_table;
+    c.block_size = bsize;
+    c.block_bytes = block_stride * index(sizeof(float));
+    if (c.heads_outer) c.tokens = 0;
+    return c;
+  }
+  const char* token_address(index t) const {
+    if (table == nullptr) return base + t * token_bytes;
+    return base + index(table[t / block_size]) * block_bytes + (t % block_size) * token_bytes;
   }
 
   /// Calls f(line) for the 64-byte lines of share `part` of `parts` of the slices of the n tokens
@@ -71,9 +89,9 @@ struct cache_stream {
     const index inner_count = heads_outer ? n : heads;
     const index inner_bytes = heads_outer ? token_bytes : head_bytes, outer_bytes = heads_outer ? head_bytes : token_bytes;
     index outer = s_begin / inner_count, inner = s_begin % inner_count;
-    const char* first_slice = base + t0 * token_bytes;
+    const char* first_slice = table ? base : base + t0 * token_bytes;  // paged: addresses from the table
     for (index s = s_begin; s < s_end; ++s) {
-      const char* a = first_slice + outer * outer_bytes + inner * inner_bytes;
+      const char* a = (table ? token_address(t0 + outer) : first_slice + outer * outer_bytes) + inner * inner_bytes;
       if (++inner == inner_count) {
         inner = 0;
         ++outer;

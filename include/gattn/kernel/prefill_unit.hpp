@@ -27,7 +27,8 @@ namespace detail {
 
 /// True when the V rows lie inside the K rows (the MLA latent cache): a K prefetch covers V.
 inline bool v_inside_k(const sdpa_params& p) {
-  return p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride;
+  return p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride &&
+         p.v_block_stride == p.k_block_stride;
 }
 
 /// Copies n V rows (stride ldv) into `pack` as rows of dv_pad floats, zero-padded past d_v, so the
@@ -104,14 +105,19 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
   const index r = ui.r, valid_rows = ui.valid_rows, min_lim = ui.min_lim;
   const float ninf = -std::numeric_limits<float>::infinity();
   const index nvq = pl.rows_pad / W;
+  if (const index nb = keys_in_block(p, j0, nk); nb < nk) {  // paged: a tile never crosses a block
+    unit_tile<Arch, S>(p, pl, sc, ui, j0, nb);
+    unit_tile<Arch, S>(p, pl, sc, ui, j0 + nb, nk - nb);
+    return;
+  }
   {
     const float* kt;
     index ldk;
     if constexpr (S == storage_type::f32) {
-      kt = p.k + j0 * p.k_token_stride + r * p.k_head_stride;
+      kt = key_row(p, p.k, j0) + r * p.k_head_stride;
       ldk = p.k_token_stride;
     } else {
-      widen_tile<Arch, S>(p.k_bits + j0 * p.k_token_stride + r * p.k_head_stride, p.k_token_stride, nk, p.d_qk,
+      widen_tile<Arch, S>(key_row(p, p.k_bits, j0) + r * p.k_head_stride, p.k_token_stride, nk, p.d_qk,
                           sc.kpack, p.d_qk);
       kt = sc.kpack;
       ldk = p.d_qk;
@@ -163,12 +169,12 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
     const float* vt;
     index ldv = p.v_token_stride;
     if constexpr (S == storage_type::f32) {
-      vt = p.v + j0 * p.v_token_stride + r * p.v_head_stride;
+      vt = value_row(p, p.v, j0) + r * p.v_head_stride;
       if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
     } else {
       // Only the nk rows of this tile are widened; pv_dispatch reads no row past them, and on a
       // diagonal tile each row's masked count (vis) keeps a NaN of a hidden key out of its P·V.
-      widen_tile<Arch, S>(p.v_bits + j0 * p.v_token_stride + r * p.v_head_stride, p.v_token_stride, nk, p.d_v,
+      widen_tile<Arch, S>(value_row(p, p.v_bits, j0) + r * p.v_head_stride, p.v_token_stride, nk, p.d_v,
                           sc.vpack, pl.dv_pad);
       vt = sc.vpack;
       ldv = pl.dv_pad;

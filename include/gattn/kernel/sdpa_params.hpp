@@ -6,6 +6,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 
 namespace gattn {
@@ -38,13 +39,22 @@ struct sdpa_params {
   storage_type kv_type = storage_type::f32;
   const std::uint16_t* k_bits = nullptr;
   const std::uint16_t* v_bits = nullptr;
+  /// Paged K/V (SPEC §11): key j lives in block block_table[j / block_size] at row j % block_size;
+  /// block b's row t starts at k + b·k_block_stride + t·k_token_stride (v, k_bits, v_bits alike).
+  /// nullptr = contiguous (row j at k + j·k_token_stride). Read only through detail::key_row/value_row.
+  const std::int32_t* block_table = nullptr;
+  index block_size = 0;
+  index k_block_stride = 0, v_block_stride = 0;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
   float scale = 1.0f;
   bool causal = true;  ///< bottom-right: key j visible to query i iff j <= i + (t_k - t_q)
   sdpa_epilogue epilogue;
   float* lse = nullptr;  ///< optional [q_heads * t_q] at h*t_q + i: log-sum-exp of scaled scores (-inf: no key)
-  int threads = 0;       ///< 0 = OpenMP default, 1 = serial
+  int threads = 0;       ///< 0 = OpenMP default, 1 = serial (used when exec is nullptr)
+  /// Where the kernel's parallel loops run; nullptr = an OpenMP team of `threads`. The plan (key
+  /// splits) follows its concurrency(), so results are deterministic per concurrency.
+  const execution_context* exec = nullptr;
 };
 
 namespace detail {
@@ -54,6 +64,26 @@ namespace detail {
 /// never from its scores (an overflowed or -inf score is still a key; SPEC §2.6).
 inline index visible_keys(const sdpa_params& p, index i) {
   return p.causal ? std::clamp<index>(i + (p.t_k - p.t_q) + 1, 0, p.t_k) : p.t_k;
+}
+
+/// Start of stored key row j (all heads) of a K view with elements T based at `base`: the one
+/// place the kernel turns a key index into an address (contiguous or through the block table).
+template <class T>
+inline const T* key_row(const sdpa_params& p, const T* base, index j) {
+  if (p.block_table == nullptr) return base + j * p.k_token_stride;
+  return base + index(p.block_table[j / p.block_size]) * p.k_block_stride + (j % p.block_size) * p.k_token_stride;
+}
+/// Start of stored value row j (all heads), like key_row.
+template <class T>
+inline const T* value_row(const sdpa_params& p, const T* base, index j) {
+  if (p.block_table == nullptr) return base + j * p.v_token_stride;
+  return base + index(p.block_table[j / p.block_size]) * p.v_block_stride + (j % p.block_size) * p.v_token_stride;
+}
+/// How many of the n keys from j0 lie in j0's block (all n when contiguous): a tile read in place
+/// with one row stride must not cross a block boundary.
+inline index keys_in_block(const sdpa_params& p, index j0, index n) {
+  if (p.block_table == nullptr) return n;
+  return std::min(n, p.block_size - j0 % p.block_size);
 }
 
 /// Throws shape_error naming the field when the parameters cannot describe a valid problem.
@@ -82,6 +112,10 @@ inline void validate(const sdpa_params& p) {
     require<shape_error>(p.k_bits != nullptr && p.v_bits != nullptr, "fused_sdpa: k_bits or v_bits is null with kv_type=",
                          to_string(p.kv_type), " and t_k=", p.t_k);
   require<shape_error>(std::isfinite(p.scale), "fused_sdpa: scale=", p.scale, " must be finite");
+  if (p.block_table != nullptr)
+    require<shape_error>(p.block_size > 0 && p.k_block_stride >= 0 && p.v_block_stride >= 0,
+                         "fused_sdpa: paged view with block_size=", p.block_size, " k_block_stride=", p.k_block_stride,
+                         " v_block_stride=", p.v_block_stride, " (block_size must be > 0, strides >= 0)");
   require<shape_error>(p.threads >= 0, "fused_sdpa: threads=", p.threads, " must be >= 0");
   const sdpa_epilogue& e = p.epilogue;
   if (e.gate_scores) {
