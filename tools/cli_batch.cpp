@@ -27,12 +27,18 @@ std::vector<index> parse_batch_lengths(const std::string& text) {
 
 namespace {
 
-// One cache per sequence. The one place the paged pool (--block-size) replaces.
-std::vector<kv_cache> make_caches(const any_layer& layer, const std::vector<index>& lengths, index /*block_size*/) {
-  std::vector<kv_cache> caches;
-  caches.reserve(lengths.size());
-  for (index L : lengths) caches.push_back(layer.make_cache(L));
-  return caches;
+// One paged pool (SPEC §11) with exactly the blocks the sequences need, one sequence each.
+struct batch_caches {
+  paged_kv_cache pool;
+  std::vector<paged_kv_cache::sequence_id> ids;
+};
+
+batch_caches make_caches(const any_layer& layer, const std::vector<index>& lengths, index block_size) {
+  index blocks = 0;
+  for (index L : lengths) blocks += (L + block_size - 1) / block_size;
+  batch_caches c{layer.make_paged_cache(blocks, block_size), {}};
+  for (std::size_t s = 0; s < lengths.size(); ++s) c.ids.push_back(c.pool.create());
+  return c;
 }
 
 // The rows of one batched call: sequence s takes `take(s)` rows from where it stands.
@@ -47,7 +53,7 @@ struct batch_call {
 std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
                                           const std::vector<index>& lengths, index block_size) {
   const index B = index(lengths.size());
-  std::vector<kv_cache> caches = make_caches(layer, lengths, block_size);
+  batch_caches caches = make_caches(layer, lengths, block_size);
   std::vector<std::vector<float>> y(lengths.size());
   for (index s = 0; s < B; ++s) y[std::size_t(s)].resize(std::size_t(lengths[std::size_t(s)] * d));
   std::vector<index> done(lengths.size(), 0);
@@ -59,7 +65,7 @@ std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vec
       const index n = prefill ? (L + 1) / 2 : std::min<index>(1, L - at);
       if (n == 0) continue;
       call.members.push_back(s);
-      call.handles.emplace_back(caches[std::size_t(s)]);
+      call.handles.emplace_back(caches.pool, caches.ids[std::size_t(s)]);
       call.cu.push_back(call.cu.back() + n);
       call.x.insert(call.x.end(), x.begin() + at * d, x.begin() + (at + n) * d);
     }

@@ -13,11 +13,10 @@ namespace gattn::cli {
 /// item, not a number, 0 or negative).
 std::vector<index> parse_batch_lengths(const std::string& text);
 
-/// Runs sequences s = 0..B-1 with inputs x[:L_s] (x is [T, d], every L_s <= T) through one cache
-/// each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
+/// Runs sequences s = 0..B-1 with inputs x[:L_s] (x is [T, d], every L_s <= T) through one paged
+/// pool of `block_size`-token blocks (SPEC §11), one sequence each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
 /// batched decode steps of one token per sequence, each leaving the batch when done. Returns y_s
-/// [L_s, d] per sequence. `block_size` is the paged pool's block size (unused until the paged
-/// cache is merged: the caches are contiguous, made in make_caches()).
+/// [L_s, d] per sequence.
 std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
                                           const std::vector<index>& lengths, index block_size);
 

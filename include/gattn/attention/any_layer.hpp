@@ -28,6 +28,11 @@ class any_layer {
     return std::visit([&](const auto& l) { return kv_cache(l.config(), capacity); }, impl_);
   }
 
+  /// A paged pool of `num_blocks` blocks of `block_size` tokens for this layer's sequences.
+  paged_kv_cache make_paged_cache(index num_blocks, index block_size) const {
+    return std::visit([&](const auto& l) { return paged_kv_cache(l.config(), num_blocks, block_size); }, impl_);
+  }
+
   void set_sdpa(sdpa_function f) {
     std::visit([&](auto& l) { l.set_sdpa(f); }, impl_);
   }

@@ -34,6 +34,23 @@ inline index check_batch_rows(const char* who, matrix_view<const float> x, const
   return x.rows;
 }
 
+/// Sequences of one paged pool must fit together, not only one at a time: the blocks they take are
+/// summed per pool and compared with its free blocks before anything is appended.
+inline void check_pool_room(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch) {
+  for (index s = 0; s < batch; ++s) {
+    const paged_kv_cache* pool = caches[s].paged_pool();
+    bool first_of_pool = pool != nullptr;
+    for (index o = 0; o < s && first_of_pool; ++o) first_of_pool = caches[o].paged_pool() != pool;
+    if (!first_of_pool) continue;
+    index need = 0;
+    for (index o = s; o < batch; ++o)
+      if (caches[o].paged_pool() == pool) need += caches[o].blocks_needed(cu_seqlens[o + 1] - cu_seqlens[o]);
+    require<cache_error>(need <= pool->free_blocks(), who, ": the batch's sequences in one paged pool need ", need,
+                         " free blocks of ", pool->block_size(), " tokens together, the pool has ", pool->free_blocks(),
+                         " of ", pool->num_blocks());
+  }
+}
+
 /// Checks the caches of a batch before anything is appended: present, distinct, rows of the layer's
 /// widths, room for the sequence's new rows, and empty for a non-causal layer.
 inline void check_batch_caches(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch,
@@ -53,6 +70,7 @@ inline void check_batch_caches(const char* who, const sequence_cache* caches, co
     c.check_room(n);
     check_call_rows(who, n, c.size(), per_token);
   }
+  check_pool_room(who, caches, cu_seqlens, batch);
 }
 
 /// An f16 cache cannot hold |v| > 65504: refuse the whole call, naming the sequence, before any
@@ -79,12 +97,14 @@ inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index c
   if (count < threads || count == 1) {
     for (index i = 0; i < count; ++i) {
       problems[i].threads = threads;
+      problems[i].exec = &exec;  // the kernel's work units run on the caller's context
       sdpa(problems[i]);
     }
     return;
   }
   for (index i = 0; i < count; ++i) {
     problems[i].threads = 1;
+    problems[i].exec = nullptr;  // serial inside: the context's threads are spread over the problems
     detail::validate(problems[i]);  // before the threads start: an exception cannot cross them
   }
   std::exception_ptr error;

@@ -187,14 +187,14 @@ class gqa_layer {
     if (N == 0) return;
     fit_workspace(ws, N, batch, stats != nullptr);  // before any cache changes: growing may throw
     float* P = ws.projections.data();
-    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols);
+    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
     gate_scores u;
     if (plan_.gated) u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws, stats);
     pre_sdpa_gates(P, N, u);
     norm_and_rope(P, cu, batch, caches, ws);
     store_keys_and_values(P, cu, batch, caches);
     attend(P, cu, batch, caches, u, ws, exec, stats);
-    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride);
+    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride, exec);
     if (plan_.gate_at(gate_position::g5))
       apply_gate_rows(y.data, N, y.row_stride, 0, plan_.gate, u, cfg_.gate.activation, cfg_.gate.combine);
     if (stats)

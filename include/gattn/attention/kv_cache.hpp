@@ -121,26 +121,6 @@ class kv_cache {
     if (value_width_ > 0 && v != nullptr) write_rows(values_, value_bits_, value_width_, v, v_stride, n);
     size_ += n;
   }
-  /// Points p's K/V fields at the stored rows: kv_type, k/v (f32) or k_bits/v_bits, token
-  /// strides and t_k = size(). A cache without value rows (MLA's latent) serves as both K and V.
-  /// Head strides are the caller's: they depend on how a row splits into heads.
-  void bind(sdpa_params& p) const {
-    const bool shared = value_width_ == 0;
-    p.kv_type = type_;
-    p.k = p.v = nullptr;
-    p.k_bits = p.v_bits = nullptr;
-    if (type_ == storage_type::f32) {
-      p.k = keys_.data();
-      p.v = shared ? keys_.data() : values_.data();
-    } else {
-      p.k_bits = key_bits_.data();
-      p.v_bits = shared ? key_bits_.data() : value_bits_.data();
-    }
-    p.k_token_stride = key_width_;
-    p.v_token_stride = shared ? key_width_ : value_width_;
-    p.t_k = size_;
-  }
-
   /// Widens key row t (key_width values) into dst, whatever the element type.
   void widen_key(index t, float* dst) const { widen_row(keys_, key_bits_, key_width_, t, dst); }
   void widen_value(index t, float* dst) const { widen_row(values_, value_bits_, value_width_, t, dst); }

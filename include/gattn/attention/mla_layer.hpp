@@ -93,16 +93,16 @@ class mla_layer {
     if (N == 0) return;
     prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
     float* P = ws.projections.data();
-    first_.apply(x.data, N, x.row_stride, P, n_cols_);
+    first_.apply(x.data, N, x.row_stride, P, n_cols_, exec);
     float* q = ws.scratch.data();  // [N, H, d_nope + d_rope]
-    queries(P, N, q);
+    queries(P, N, q, exec);
     latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
     store_latent(ws.latent.data(), cu_seqlens, batch, caches);
     gate_scores u;
     if (cfg_.gate.enabled) u = resolve_gate_scores(cfg_.gate, gate_, P + col_extra(), n_cols_, N, gate_b_, ws, stats);
     attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
     post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
-    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride);
+    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec);
     if (stats)
       for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
   }
@@ -217,11 +217,11 @@ class mla_layer {
   }
 
   // q [N, H, d_nope + d_rope]: from q_b over the normalised q_a, or the first projection's columns.
-  void queries(float* P, index N, float* q) const {
+  void queries(float* P, index N, float* q, const execution_context& exec) const {
     const index HQ = cfg_.heads * qk();
     if (cfg_.q_lora_rank > 0) {
       for (index t = 0; t < N; ++t) rms_norm(P + t * n_cols_, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
-      q_b_.apply(P, N, n_cols_, q, HQ);
+      q_b_.apply(P, N, n_cols_, q, HQ, exec);
     } else {
       for (index t = 0; t < N; ++t) std::copy_n(P + t * n_cols_, HQ, q + t * HQ);
     }

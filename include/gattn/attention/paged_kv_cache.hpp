@@ -97,12 +97,21 @@ class paged_kv_cache {
     return refs_[std::size_t(q.table[std::size_t(b)])];
   }
 
+  /// Free blocks that appending n tokens to s takes: new blocks, plus one for the copy of a shared
+  /// partly filled last block. A batch sums this over its sequences of one pool (an upper bound:
+  /// two sequences sharing a last block need one copy, not two).
+  index blocks_needed(sequence_id s, index n) const {
+    check_id(s);
+    detail::require<cache_error>(n >= 0, "paged_kv_cache: appending n=", n, " tokens to sequence ", s);
+    return blocks_needed_unchecked(s, n);
+  }
+
   /// Throws cache_error unless n more tokens fit in the free blocks, counting new blocks and the
   /// copy of a shared partly filled last block.
   void check_room(sequence_id s, index n) const {
     check_id(s);
     detail::require<cache_error>(n >= 0, "paged_kv_cache: appending n=", n, " tokens to sequence ", s);
-    const index need = blocks_needed(s, n);
+    const index need = blocks_needed_unchecked(s, n);
     detail::require<cache_error>(need <= free_blocks(), "paged_kv_cache: appending ", n, " tokens to sequence ", s,
                                  " (", seqs_[std::size_t(s)].size, " tokens) needs ", need, " free blocks of ",
                                  block_size_, " tokens, the pool has ", free_blocks(), " of ", num_blocks_);
@@ -119,7 +128,7 @@ class paged_kv_cache {
     if (type_ == storage_type::f16)
       for (index t = 0; t < n; ++t) {
         check_f16_row(k + t * k_stride, key_width_, "key", s, t);
-        if (value_width_ > 0) check_f16_row(v + t * v_stride, value_width_, "value", s, t);
+        if (value_width_ > 0 && v != nullptr) check_f16_row(v + t * v_stride, value_width_, "value", s, t);
       }
     if (n == 0) return;
     unshare_last_block(s);
@@ -128,7 +137,7 @@ class paged_kv_cache {
       if (q.size % block_size_ == 0) q.table.push_back(take_block());  // within the reserved capacity
       const index block = q.table[std::size_t(q.size / block_size_)], row = q.size % block_size_;
       write_row(keys_, key_bits_, key_width_, block, row, k + t * k_stride);
-      if (value_width_ > 0) write_row(values_, value_bits_, value_width_, block, row, v + t * v_stride);
+      if (value_width_ > 0 && v != nullptr) write_row(values_, value_bits_, value_width_, block, row, v + t * v_stride);
     }
   }
 
@@ -215,8 +224,7 @@ class paged_kv_cache {
     seqs_.back().table.reserve(std::size_t(num_blocks_));
     return sequence_id(seqs_.size() - 1);
   }
-  // New blocks for n more tokens, plus one for the copy of a shared partly filled last block.
-  index blocks_needed(sequence_id s, index n) const {
+  index blocks_needed_unchecked(sequence_id s, index n) const {
     const sequence& q = seqs_[std::size_t(s)];
     if (n == 0) return 0;
     const index have = (q.size + block_size_ - 1) / block_size_;
