@@ -22,28 +22,30 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
-/// The K or V cache as the kernel reads it: for token t and head h, a slice of d floats at
-/// p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
+/// The K or V cache as the kernel reads it: for token t and head h, a slice of d elements (fp32,
+/// or 2-byte bf16/f16: strides count elements, lines count bytes) at p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
 /// head-major ones ([H, T, D], Hugging Face's) are both views of this kind.
 struct cache_stream {
   const char* base = nullptr;
   index tokens = 0;                         // tokens [0, tokens) exist
   index heads = 1;                          // distinct head slices per token
   index token_bytes = 0, head_bytes = 0;    // strides in bytes
-  index slice_bytes = 0;                    // d floats
+  index slice_bytes = 0;                    // d elements
   bool heads_outer = false;                 // address order: head by head (head-major layouts)
   index ahead = 0;                          // prefetch distance in tokens
 
   /// `ahead_bytes` of slices ahead (at least one token). A zero head stride (MLA's one latent
   /// row read by every head) is one slice per token.
-  cache_stream(const float* p, index token_stride, index n_heads, index head_stride, index d, index t_k,
+  template <class Element>
+  cache_stream(const Element* p, index token_stride, index n_heads, index head_stride, index d, index t_k,
                index ahead_bytes) {
+    constexpr index size = index(sizeof(Element));
     base = reinterpret_cast<const char*>(p);
     tokens = t_k;
     heads = head_stride == 0 ? 1 : n_heads;
-    token_bytes = token_stride * index(sizeof(float));
-    head_bytes = head_stride * index(sizeof(float));
-    slice_bytes = d * index(sizeof(float));
+    token_bytes = token_stride * size;
+    head_bytes = head_stride * size;
+    slice_bytes = d * size;
     heads_outer = heads > 1 && head_bytes > token_bytes;
     const index per_token = heads * slice_bytes;
     ahead = std::max<index>(1, (ahead_bytes + per_token - 1) / per_token);

@@ -38,6 +38,8 @@ struct sdpa_params {
   storage_type kv_type = storage_type::f32;
   const std::uint16_t* k_bits = nullptr;
   const std::uint16_t* v_bits = nullptr;
+  /// SPEC §10: fast lets a bf16 cache's decode round scale·q and P to bf16 for vdpbf16ps (AVX512-BF16); elsewhere exact.
+  kv_numerics numerics = kv_numerics::exact;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
   float scale = 1.0f;
