@@ -3,6 +3,7 @@
 // have no such instruction here (NEON bfdot is not wired up), and `fast` runs `exact` on them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -89,17 +90,11 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
 #pragma GCC unroll 8
     for (int x = 0; x < 2 * NV; ++x) acc[m][x] = _mm512_setzero_ps();
   }
-  auto single = [&](int m, index j) {
-    const __m512 pj = _mm512_set1_ps(bf16_to_float(p[m * ldp + j]));
+  index common = nk;  // keys every row sees
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) {
-      const std::uint16_t* row = v + j * ldv + 32 * x;
-      acc[m][2 * x] = _mm512_fmadd_ps(pj, detail::widen16(row, nch - 32 * x), acc[m][2 * x]);
-      acc[m][2 * x + 1] = _mm512_fmadd_ps(pj, detail::widen16(row + 16, nch - 32 * x - 16), acc[m][2 * x + 1]);
-    }
-  };
-  index j = 0;
-  for (; j + 2 <= nk; j += 2) {
+  for (int m = 0; m < MR; ++m) common = std::min(common, rows_lim[m]);
+  // Every index into acc is a compile-time constant (full unrolling), so acc stays in registers.
+  auto pairs = [&](index j, auto checked) {
     __m512i vl[NV], vh[NV];
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) {
@@ -111,10 +106,7 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
-      if (j + 2 > rows_lim[m]) {
-        if (j < rows_lim[m]) single(m, j);
-        continue;
-      }
+      if (decltype(checked)::value && j + 2 > rows_lim[m]) continue;
       std::uint32_t pair;
       std::memcpy(&pair, p + m * ldp + j, sizeof pair);
       const __m512i pb = _mm512_set1_epi32(int(pair));
@@ -124,10 +116,27 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
         acc[m][2 * x + 1] = detail::dot_pairs(acc[m][2 * x + 1], pb, vh[x]);
       }
     }
+  };
+  index j = 0;
+  for (; j + 2 <= common; j += 2) pairs(j, std::false_type{});
+  if (j < nk) {  // diagonal tiles and an odd last key: rows past their limit, keys without a pair
+    const index first_single = j;
+    for (; j + 2 <= nk; j += 2) pairs(j, std::true_type{});
+    for (index jj = first_single; jj < nk; ++jj) {
+#pragma GCC unroll 8
+      for (int m = 0; m < MR; ++m) {
+        // Hidden, or taken in a pair (the pair's second key visible too).
+        if (jj >= rows_lim[m] || jj - jj % 2 + 2 <= rows_lim[m]) continue;
+        const __m512 pj = _mm512_set1_ps(bf16_to_float(p[m * ldp + jj]));
+#pragma GCC unroll 8
+        for (int x = 0; x < NV; ++x) {
+          const std::uint16_t* row = v + jj * ldv + 32 * x;
+          acc[m][2 * x] = _mm512_fmadd_ps(pj, detail::widen16(row, nch - 32 * x), acc[m][2 * x]);
+          acc[m][2 * x + 1] = _mm512_fmadd_ps(pj, detail::widen16(row + 16, nch - 32 * x - 16), acc[m][2 * x + 1]);
+        }
+      }
+    }
   }
-  if (j < nk)
-    for (int m = 0; m < MR; ++m)
-      if (j < rows_lim[m]) single(m, j);
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     const __m512 a = _mm512_set1_ps(alpha ? alpha[m] : 1.0f);
