@@ -12,9 +12,11 @@
 // GQA, the latent rows once for M1), so the variants compare at equal work.
 // GQA decode shapes also run g1_elementwise_head_major: the same caches viewed as [H_kv, T, D].
 // Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3).
-// D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16: caches stored as
-// bf16/f16 (the fp32 values rounded), read through sdpa_params::kv_type/k_bits/v_bits with exact
-// numerics; their GBps counts the 2-byte values actually read, and twice as many caches rotate.
+// D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16 and
+// g1_elementwise_bf16_fast (SPEC §10 fast numerics: vdpbf16ps where the CPU has it), P1
+// g1_elementwise_bf16: caches stored as bf16/f16 (the fp32 values rounded), read through
+// sdpa_params::kv_type/k_bits/v_bits; decode GBps counts the 2-byte values actually read, and
+// twice as many caches rotate.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
@@ -269,9 +271,11 @@ int register_all() {
         benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, std::string(variant), t)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
       }
-  // Low-precision caches (SPEC §10, exact numerics: the decode path widens K/V to fp32): D1 in bf16
-  // and f16, M1 (V inside K, one latent head) in bf16; fp32's rounded values, same gate.
-  for (const char* name : {"D1/g1_elementwise_bf16", "D1/g1_elementwise_f16", "M1/g1_elementwise_bf16"})
+  // Low-precision caches (SPEC §10; exact numerics: K/V widened to fp32 in registers, fast: bf16
+  // dot products where the CPU has them): D1 in bf16 and f16, M1 (V inside K, one latent head) in
+  // bf16 exact and fast, P1 reading a bf16 cache; fp32's rounded values, same gate.
+  for (const char* name : {"D1/g1_elementwise_bf16", "D1/g1_elementwise_f16", "M1/g1_elementwise_bf16",
+                           "M1/g1_elementwise_bf16_fast", "P1/g1_elementwise_bf16"})
     for (int t : {1, 2}) {
       const std::string full(name);
       const shape& s = *gattn_bench::find_shape(full.substr(0, full.find('/')).c_str());

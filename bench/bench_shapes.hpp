@@ -54,17 +54,32 @@ inline const shape* find_shape(const char* name) {
 /// Bytes per cache value of a storage type.
 inline double value_bytes(gattn::storage_type t) { return t == gattn::storage_type::f32 ? 4.0 : 2.0; }
 
-/// The storage type a kernel variant reads its caches as: `<variant>_bf16`, `<variant>_f16`, else f32.
-inline gattn::storage_type variant_storage(const std::string& variant) {
-  const auto ends = [&](const char* suffix) {
-    const std::size_t n = std::strlen(suffix);
-    return variant.size() >= n && variant.compare(variant.size() - n, n, suffix) == 0;
-  };
-  return ends("_bf16") ? gattn::storage_type::bf16 : ends("_f16") ? gattn::storage_type::f16 : gattn::storage_type::f32;
+inline bool ends_with(const std::string& s, const char* suffix) {
+  const std::size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-/// The variant without its storage suffix (`g1_elementwise_bf16` -> `g1_elementwise`).
-inline std::string variant_base(const std::string& variant) {
+/// SPEC §10 numerics of a kernel variant: `<variant>_fast` (e.g. g1_elementwise_bf16_fast), else exact.
+inline gattn::kv_numerics variant_numerics(const std::string& variant) {
+  return ends_with(variant, "_fast") ? gattn::kv_numerics::fast : gattn::kv_numerics::exact;
+}
+
+/// The variant without its numerics suffix.
+inline std::string without_numerics(const std::string& variant) {
+  return ends_with(variant, "_fast") ? variant.substr(0, variant.size() - 5) : variant;
+}
+
+/// The storage type a kernel variant reads its caches as: `<variant>_bf16`, `<variant>_f16` (then
+/// an optional `_fast`), else f32.
+inline gattn::storage_type variant_storage(const std::string& full_variant) {
+  const std::string variant = without_numerics(full_variant);
+  return ends_with(variant, "_bf16") ? gattn::storage_type::bf16
+         : ends_with(variant, "_f16") ? gattn::storage_type::f16 : gattn::storage_type::f32;
+}
+
+/// The variant without its storage and numerics suffixes (`g1_elementwise_bf16_fast` -> `g1_elementwise`).
+inline std::string variant_base(const std::string& full_variant) {
+  const std::string variant = without_numerics(full_variant);
   const gattn::storage_type t = variant_storage(variant);
   return t == gattn::storage_type::f32 ? variant : variant.substr(0, variant.size() - (t == gattn::storage_type::bf16 ? 5 : 4));
 }
@@ -138,6 +153,7 @@ struct inputs {
       p.kv_type = kv;
       p.k_bits = k_bits[std::size_t(c)].data();
       p.v_bits = s.mla ? p.k_bits : v_bits[std::size_t(c)].data();
+      p.numerics = variant_numerics(full_variant);
     }
     if (variant == head_major) {  // the same buffers read as [H_kv, T, D] (Hugging Face's layout)
       p.k_token_stride = s.d; p.k_head_stride = s.t_k * s.d;

@@ -110,6 +110,12 @@ def main():
     ratio_row("D1 bf16 / D1 fp32 time", lambda t: lp_time("D1", "bf16", t), "≤ 0.55")
     ratio_row("D1 f16 / D1 fp32 time", lambda t: lp_time("D1", "f16", t), "≤ 0.55")
     ratio_row("M1 bf16 / M1 fp32 time (exact numerics)", lambda t: lp_time("M1", "bf16", t), "≤ 0.9")
+    ratio_row("M1 bf16 fast / M1 fp32 time (fast numerics: vdpbf16ps)", lambda t: lp_time("M1", "bf16_fast", t), "≤ 0.55")
+    ratio_row("P1 bf16 cache / P1 fp32 time", lambda t: lp_time("P1", "bf16", t), "≤ 1.1")
+    ratio_row("D1 f16 GB/s (bytes read) / limits/read",
+              lambda t: get(f"kernel/D1/g1_elementwise_f16/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "")
+    ratio_row("M1 bf16 fast GFLOP/s / limits/fma (FMA peak)",
+              lambda t: m1_flop / (get(f"kernel/M1/g1_elementwise_bf16_fast/t:{t}", "ms") * 1e6) / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     ratio_row("D1 bf16 GB/s (bytes read) / limits/read",
               lambda t: get(f"kernel/D1/g1_elementwise_bf16/t:{t}", "GBps") / get(f"limits/read/t:{t}", "GBps"), "")
     for shape in ("P1", "P2"):

@@ -367,6 +367,7 @@ int run_command(int argc, char** argv) {
 
   gattn::layer_config cfg = gattn::io::load_layer_config(config_path, layer_index);
   if (options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *options.kv_dtype; }, cfg);
+  if (args.has("--kv-numerics")) std::visit([&](auto& c) { c.kv_numerics = options.kv_numerics; }, cfg);
   const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));  // a file, an index or a directory
   const std::string prefix = layer_index >= 0 && !args.has("--prefix")
                                  ? gattn::io::hf_layer_prefix(read_config_json(config_path), layer_index)

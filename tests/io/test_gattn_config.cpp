@@ -96,8 +96,19 @@ INSTANTIATE_TEST_SUITE_P(
                       // SPEC §10 values.
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": "fp8"})", "'kv_cache_dtype'=\"fp8\" must be f32, bf16 or f16"},
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": 16})", "kv_cache_dtype"},
+                      refusal{R"({)" GQA_BASE R"(, "kv_numerics": "approx"})", "'kv_numerics'=\"approx\" must be exact or fast"},
                       refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "gate_rounding": "f16"}})", "'gate_rounding'=\"f16\" must be none or bf16"},
                       refusal{R"({)" GQA_BASE R"(, "attention_bias": "no"})", "attention_bias"}));
+
+TEST(GattnConfig, KvNumerics) {
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(})").kv_numerics, gattn::kv_numerics::exact);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "kv_numerics": "fast"})").kv_numerics, gattn::kv_numerics::fast);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "kv_numerics": "exact"})").kv_numerics, gattn::kv_numerics::exact);
+  const auto m = std::get<gattn::mla_config>(parse_gattn_config(json::parse(
+      R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16,
+          "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "kv_numerics": "fast"})")));
+  EXPECT_EQ(m.kv_numerics, gattn::kv_numerics::fast);
+}
 
 TEST(GattnConfig, KvCacheDtypeAndGateRounding) {
   EXPECT_EQ(gqa(R"({)" GQA_BASE R"(})").kv_cache_type, gattn::storage_type::f32);

@@ -18,16 +18,17 @@ using gattn::detail::cache_stream;
 
 struct layout {
   const char* name;
-  index heads, d, token_stride, head_stride;  // in floats
+  index heads, d, token_stride, head_stride;  // in elements
 };
 
 // Lines of the slices of tokens [t0, t0 + n) that a kernel reads.
-std::set<std::uintptr_t> expected_lines(const float* base, const layout& l, index t0, index n) {
+template <class T>
+std::set<std::uintptr_t> expected_lines(const T* base, const layout& l, index t0, index n) {
   std::set<std::uintptr_t> lines;
   const index heads = l.head_stride == 0 ? 1 : l.heads;
   for (index t = t0; t < t0 + n; ++t)
     for (index h = 0; h < heads; ++h) {
-      const float* slice = base + t * l.token_stride + h * l.head_stride;
+      const T* slice = base + t * l.token_stride + h * l.head_stride;
       for (index c = 0; c < l.d; ++c) lines.insert(reinterpret_cast<std::uintptr_t>(slice + c) & ~std::uintptr_t(63));
     }
   return lines;
@@ -35,14 +36,16 @@ std::set<std::uintptr_t> expected_lines(const float* base, const layout& l, inde
 
 class CacheStream : public ::testing::TestWithParam<layout> {};
 
-TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) {
-  const layout l = GetParam();
+// T = float, or std::uint16_t for a bf16/f16 cache: strides count elements, lines count bytes (a
+// stream that counted floats would prefetch twice the bytes of a 2-byte cache and fail `hi`).
+template <class T>
+void check_shares(const layout& l) {
   const index t_k = 50;
-  const index floats = (t_k - 1) * l.token_stride + (l.heads - 1) * l.head_stride + l.d;
-  std::vector<float> cache(std::size_t(floats) + 16);
-  const float* base = cache.data() + 3;  // slices need not start on a line
+  const index elements = (t_k - 1) * l.token_stride + (l.heads - 1) * l.head_stride + l.d;
+  std::vector<T> cache(std::size_t(elements) + 16);
+  const T* base = cache.data() + 3;  // slices need not start on a line
   const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
-  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + floats);
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + elements);
   for (index ahead_bytes : {index(0), index(4096), index(1) << 17}) {
     const cache_stream s(base, l.token_stride, l.heads, l.head_stride, l.d, t_k, ahead_bytes);
     ASSERT_GE(s.ahead, 1);
@@ -75,6 +78,10 @@ TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) {
     }
   }
 }
+
+TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) { check_shares<float>(GetParam()); }
+
+TEST_P(CacheStream, TwoByteElementsCoverTheirOwnBytes) { check_shares<std::uint16_t>(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, CacheStream,

@@ -337,6 +337,7 @@ class gqa_layer {
     p.out_head_stride = D;
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
+    p.numerics = cfg_.kv_numerics;
     sdpa_epilogue& epi = p.epilogue;
     epi.out_norm = cfg_.output_norm;
     epi.out_norm_weight = o_norm_.empty() ? nullptr : o_norm_.data();

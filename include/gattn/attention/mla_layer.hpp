@@ -262,6 +262,7 @@ class mla_layer {
     p.q_heads = cfg_.heads;
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
+    p.numerics = cfg_.kv_numerics;
     return p;
   }
 

@@ -122,6 +122,7 @@ struct gqa_config {
   double attention_scale = 0;  ///< 0 = 1/sqrt(head_dim)
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
+  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (SPEC §10)
 
   index group_size() const { return q_heads / kv_heads; }
   double scale() const { return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim)); }
@@ -142,6 +143,7 @@ struct mla_config {
   double attention_scale = 0;  ///< 0 = 1/sqrt(d_nope + d_rope)
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
+  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (SPEC §10)
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   double scale() const {

@@ -55,7 +55,7 @@ inline std::vector<const char*> with_common_keys(const std::vector<const char*>&
   std::vector<const char*> keys = {"attention",    "hidden_size",    "num_attention_heads", "rms_norm_eps",
                                    "rope_theta",   "rope_style",     "rope_scaling",        "causal",
                                    "attention_bias", "attention_scale", "kv_cache_dtype",   "gate",
-                                   "sliding_window"};
+                                   "sliding_window", "kv_numerics"};
   keys.insert(keys.end(), own.begin(), own.end());
   return keys;
 }
@@ -188,6 +188,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
   // Biases come with the weights (absent ones are zero); the key is only type-checked.
   (void)detail::get_bool(j, "attention_bias", w, false);
   const storage_type kv_cache_type = detail::get_enum(j, "kv_cache_dtype", w, detail::storage_types, storage_type::f32);
+  const kv_numerics numerics = detail::get_enum(j, "kv_numerics", w, {kv_numerics::exact, kv_numerics::fast}, kv_numerics::exact);
   gattn::detail::require<config_error>(!detail::has(j, "sliding_window"), w,
                                        ": 'sliding_window' is not implemented");
   const rope_scaling_config scaling = detail::has(j, "rope_scaling") ? detail::parse_rope_scaling(j.at("rope_scaling"), w)
@@ -213,6 +214,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
                                          ": 'attention_scale'=", c.attention_scale, " must be > 0");
     c.gate = gate;
     c.kv_cache_type = kv_cache_type;
+    c.kv_numerics = numerics;
     validate(c);
     return c;
   }
@@ -236,6 +238,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
                                          ": 'attention_scale'=", c.attention_scale, " must be > 0");
     c.gate = gate;
     c.kv_cache_type = kv_cache_type;
+    c.kv_numerics = numerics;
     validate(c);
     return c;
   }

@@ -2,14 +2,17 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
+#include "gattn/kernel/decode_bf16_dot.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
@@ -58,7 +61,9 @@ struct decode_plan {
   index qk_keys = 4;     // keys per QK microkernel call
   index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
+  bool bf16_dot = false;  // SPEC §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
   std::size_t scratch_floats = 0;
+  std::size_t scratch_bits = 0;  // bf16 scratch (bf16_dot): scale·q and the block's probabilities
 };
 
 /// Accumulators of one QK microkernel call (RB·KB): 16 zmm on AVX-512, 8 elsewhere.
@@ -80,9 +85,10 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   pl.group = p.q_heads / p.kv_heads;
   pl.rows_per_head = pl.group * p.t_q;
   pl.rows_total = p.kv_heads * pl.rows_per_head;
-  pl.ldq = round_up(p.d_qk, 16);
-  pl.dv_pad = round_up(p.d_v, W);
-  pl.pack_v = (p.d_v % W) != 0 || p.kv_type != storage_type::f32;  // low precision: widened into the pack
+  pl.bf16_dot = decode_uses_bf16_dot<Arch>(p);
+  pl.ldq = round_up(p.d_qk, pl.bf16_dot ? 32 : 16);   // bf16 dot products take 32 channels at a time
+  pl.dv_pad = round_up(p.d_v, pl.bf16_dot ? 32 : W);
+  pl.pack_v = !pl.bf16_dot && (p.d_v % W) != 0;
   pl.bc = std::max<index>(32, W);
   pl.qk_keys = pl.rows_per_head >= 4 ? NA / 4 : (pl.rows_per_head >= 2 ? NA / 2 : NA);
   pl.max_lim = visible_keys(p, p.t_q - 1);
@@ -96,11 +102,13 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   const index rt = round_up(pl.rows_total, 16);
   pl.scratch_floats = std::size_t(rt * pl.ldq + rt * pl.bc + rt * pl.dv_pad + (pl.pack_v ? pl.bc * pl.dv_pad : 0) +
                                   3 * rt) + 8 * 16;
+  if (pl.bf16_dot) pl.scratch_bits = std::size_t(rt * pl.ldq + rt * pl.bc);
   return pl;
 }
 
 struct decode_scratch {
   float *q, *s, *o, *vpack, *m, *l, *alpha;
+  std::uint16_t *qbits = nullptr, *pbits = nullptr;  // bf16_dot only
 };
 
 inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
@@ -118,6 +126,10 @@ inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
   s.m = take(rt);
   s.l = take(rt);
   s.alpha = take(rt);
+  if (pl.bf16_dot) {
+    s.qbits = bf16_scratch(pl.scratch_bits);
+    s.pbits = s.qbits + rt * pl.ldq;
+  }
   return s;
 }
 
@@ -185,136 +197,142 @@ inline index decode_lim(const sdpa_params& p, const decode_plan& pl, index m) {
   return visible_keys(p, m / pl.group);
 }
 
-/// The stored K and V of p as elements of storage type S.
-template <storage_type S>
-inline const storage_element_t<S>* stored_k(const sdpa_params& p) {
-  if constexpr (S == storage_type::f32) return p.k;
-  else return p.k_bits;
-}
-template <storage_type S>
-inline const storage_element_t<S>* stored_v(const sdpa_params& p) {
-  if constexpr (S == storage_type::f32) return p.v;
-  else return p.v_bits;
-}
-
-/// The V rows of n tokens from `v` as the P·V microkernel reads them (row stride `ldv`): in place
-/// when fp32 and a multiple of the width, else packed into `pack` (low precision: widened).
-template <class Arch, storage_type S>
-inline const float* decode_v_tile(const storage_element_t<S>* v, index n, const sdpa_params& p, const decode_plan& pl,
-                                  float* pack, index& ldv) {
-  ldv = p.v_token_stride;
-  if constexpr (S == storage_type::f32) {
-    return pl.pack_v ? pack_v_tile(v, p.v_token_stride, n, p.d_v, pl.dv_pad, pack, ldv) : v;
-  } else {
-    for (index j = 0; j < n; ++j) {
-      float* dst = pack + j * pl.dv_pad;
-      if constexpr (S == storage_type::bf16) simd::widen_bf16<Arch>(v + j * p.v_token_stride, dst, p.d_v);
-      else simd::widen_f16<Arch>(v + j * p.v_token_stride, dst, p.d_v);
-      std::fill(dst + p.d_v, dst + pl.dv_pad, 0.0f);
-    }
-    ldv = pl.dv_pad;
-    return pack;
+/// The V rows of n tokens from key j of KV head r, passed to f(rows, row stride) as the P·V
+/// microkernel reads them: the stored rows in place (bf16/f16 widened in registers) when d_v is a
+/// multiple of the width, else packed into `pack` as zero-padded fp32 rows.
+template <class Arch, storage_type S, class F>
+inline void with_v_tile(const sdpa_params& p, const decode_plan& pl, index j, index r, index n, float* pack, F&& f) {
+  const storage_element_t<S>* v = value_row<S>(p, j, r);
+  if (!pl.pack_v) {
+    f(v, p.v_token_stride);
+    return;
   }
+  index ldv = pl.dv_pad;
+  if constexpr (S == storage_type::f32) pack_v_tile(v, p.v_token_stride, n, p.d_v, pl.dv_pad, pack, ldv);
+  else widen_tile<Arch, S>(v, p.v_token_stride, n, p.d_v, pack, pl.dv_pad);
+  f(static_cast<const float*>(pack), ldv);
 }
 
-/// One decode task: every row of every KV head over keys [k_begin, k_end). Leaves the
-/// unnormalised O, m and l of all rows in the scratch.
-template <class Arch, storage_type S = storage_type::f32>
-inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
-                         index k_end) {
-  using tr = kernel_traits<Arch>;
-  using B = simd::batch<float, Arch>;
-  constexpr index W = tr::width;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const index R = pl.rows_per_head, bc = pl.bc, qk_keys = pl.qk_keys;
-  // Pack scale·Q (row gr = r·R + m) and clear the state.
+/// Packs scale·Q (row gr = r·R + m: query m / G, head r·G + m % G; bf16 with the dot products,
+/// fp32 otherwise) and clears the state of every row.
+template <class Arch>
+inline void decode_begin(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc) {
+  const index R = pl.rows_per_head;
   for (index r = 0; r < p.kv_heads; ++r)
     for (index m = 0; m < R; ++m) {
       const index gr = r * R + m, i = m / pl.group, h = r * pl.group + m % pl.group;
       const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
-      float* dst = sc.q + gr * pl.ldq;
-      for (index c = 0; c < p.d_qk; ++c) dst[c] = qrow[c] * p.scale;
-      for (index c = p.d_qk; c < pl.ldq; ++c) dst[c] = 0.0f;
-      sc.m[gr] = ninf;
+      if (pl.bf16_dot) {
+        std::uint16_t* dst = sc.qbits + gr * pl.ldq;
+        for (index c = 0; c < p.d_qk; ++c) dst[c] = round_to_bf16(qrow[c] * p.scale);
+        std::fill(dst + p.d_qk, dst + pl.ldq, std::uint16_t(0));
+      } else {
+        float* dst = sc.q + gr * pl.ldq;
+        for (index c = 0; c < p.d_qk; ++c) dst[c] = qrow[c] * p.scale;
+        std::fill(dst + p.d_qk, dst + pl.ldq, 0.0f);
+      }
+      sc.m[gr] = -std::numeric_limits<float>::infinity();
       sc.l[gr] = 0.0f;
     }
   std::fill(sc.o, sc.o + pl.rows_total * pl.dv_pad, 0.0f);
+}
+
+/// Scores of keys [j0, j0 + nk) for every row, token group by token group across all KV heads
+/// (row-contiguous cache reads), K widened in registers (or bf16 dot products).
+template <class Arch, storage_type S, bool Dot>
+inline void decode_scores(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc,
+                          const cache_stream& k_stream, index j0, index nk) {
+  const index R = pl.rows_per_head, bc = pl.bc, qk_keys = pl.qk_keys;
+  constexpr index NA = decode_acc<Arch>;
+  const storage_element_t<S>* kp[64];
+  auto call = [&](int rb, index row, index t0) {
+    if constexpr (Dot)
+      bf16_dot_qk_dispatch<Arch>(rb, qk_keys, sc.qbits + row * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + row * bc + t0, bc);
+    else
+      decode_qk_dispatch<Arch, S>(rb, qk_keys, sc.q + row * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + row * bc + t0, bc);
+  };
+  for (index t0 = 0; t0 < nk; t0 += qk_keys) {
+    for (index r = 0; r < p.kv_heads; ++r) {
+      k_stream.prefetch_share(j0 + t0, std::min(qk_keys, nk - t0), r, p.kv_heads);  // this head's share
+      for (index t = 0; t < qk_keys; ++t) kp[t] = key_row<S>(p, j0 + std::min(t0 + t, nk - 1), r);
+      index m = 0;
+      for (; m + 4 <= R && qk_keys * 4 <= NA; m += 4) call(4, r * R + m, t0);
+      for (; m + 2 <= R && qk_keys * 2 <= NA; m += 2) call(2, r * R + m, t0);
+      for (; m < R; ++m) call(1, r * R + m, t0);
+    }
+  }
+}
+
+/// Online softmax per row along the block (keys past nk or past the row's limit: -inf): the
+/// scores become probabilities (also rounded to bf16 with the dot products), m, l and alpha update.
+template <class Arch>
+inline void decode_softmax(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index j0, index nk) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = kernel_traits<Arch>::width;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const index bc = pl.bc, R = pl.rows_per_head;
   alignas(64) float iota[64];
   for (index t = 0; t < 64; ++t) iota[t] = float(t);
-  const index nvo = pl.dv_pad / W;
-  // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
-  constexpr bool fp32 = S == storage_type::f32;
-  const cache_stream k_stream = cache_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, fp32 ? k_end : 0,
-                        decode_prefetch_bytes).with_blocks(p.block_table, p.block_size, p.k_block_stride);
-  const cache_stream v_stream = cache_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, fp32 ? k_end : 0,
-                               decode_prefetch_bytes).with_blocks(p.block_table, p.block_size, p.v_block_stride);
-  const index min_lim = decode_lim(p, pl, 0);  // every row sees the keys below it
-  const bool v_in_k = !fp32 || v_inside_k(p);
-  const storage_element_t<S>* const k_data = stored_k<S>(p);
-  const storage_element_t<S>* const v_data = stored_v<S>(p);
-  for (index j0 = k_begin; j0 < k_end; j0 += bc) {
-    const index nk = std::min(bc, k_end - j0);
-    // 1. Scores, token group by token group across all KV heads (row-contiguous cache reads).
-    const storage_element_t<S>* kp[64];
-    for (index t0 = 0; t0 < nk; t0 += qk_keys) {
-      for (index r = 0; r < p.kv_heads; ++r) {
-        k_stream.prefetch_share(j0 + t0, std::min(qk_keys, nk - t0), r, p.kv_heads);  // this head's share
-        for (index t = 0; t < qk_keys; ++t)
-          kp[t] = key_row(p, k_data, j0 + std::min(t0 + t, nk - 1)) + r * p.k_head_stride;
-        index m = 0;
-        for (; m + 4 <= R && qk_keys * 4 <= decode_acc<Arch>; m += 4)
-          decode_qk_dispatch<Arch, S>(4, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
-        for (; m + 2 <= R && qk_keys * 2 <= decode_acc<Arch>; m += 2)
-          decode_qk_dispatch<Arch, S>(2, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
-        for (; m < R; ++m)
-          decode_qk_dispatch<Arch, S>(1, qk_keys, sc.q + (r * R + m) * pl.ldq, pl.ldq, kp, p.d_qk, sc.s + (r * R + m) * bc + t0, bc);
-      }
-    }
-    // 2. Online softmax per row along the block (keys past nk or past the row's limit: -inf).
-    for (index gr = 0; gr < pl.rows_total; ++gr) {
-      float* s = sc.s + gr * bc;
-      const index lim = std::min(decode_lim(p, pl, gr % R) - j0, nk);  // visible keys in this block
-      B tmax(ninf);
-      if (lim >= bc) {
-        for (index j = 0; j < bc; j += W) tmax = simd::max(tmax, simd::load<Arch>(s + j));
-      } else {
-        const B lb = B(float(lim));
-        for (index j = 0; j < bc; j += W) {
-          B x = simd::load<Arch>(s + j);
-          x = simd::select(simd::load<Arch>(iota + j) < lb, x, B(ninf));
-          simd::store(s + j, x);
-          tmax = simd::max(tmax, x);
-        }
-      }
-      const float mt = simd::hmax(tmax);
-      const float m_old = sc.m[gr];
-      const float m_new = std::max(m_old, mt);
-      const float m_use = m_new == ninf ? 0.0f : m_new;
-      const float alpha = m_new == m_old ? 1.0f : simd::exp_nonpositive(simd::scalar_batch<float>(m_old - m_use)).v;
-      const B mu(m_use);
-      B sum(0.0f);
+  for (index gr = 0; gr < pl.rows_total; ++gr) {
+    float* s = sc.s + gr * bc;
+    const index lim = std::min(decode_lim(p, pl, gr % R) - j0, nk);  // visible keys in this block
+    B tmax(ninf);
+    if (lim >= bc) {
+      for (index j = 0; j < bc; j += W) tmax = simd::max(tmax, simd::load<Arch>(s + j));
+    } else {
+      const B lb = B(float(lim));
       for (index j = 0; j < bc; j += W) {
-        const B e = simd::exp_nonpositive(simd::load<Arch>(s + j) - mu);
-        sum += e;
-        simd::store(s + j, e);
+        B x = simd::load<Arch>(s + j);
+        x = simd::select(simd::load<Arch>(iota + j) < lb, x, B(ninf));
+        simd::store(s + j, x);
+        tmax = simd::max(tmax, x);
       }
-      sc.m[gr] = m_new;
-      sc.l[gr] = sc.l[gr] * alpha + simd::hadd(sum);
-      sc.alpha[gr] = alpha;
     }
-    // 3. O = alpha·O + P·V, token group by token group across all KV heads (row-contiguous
-    //    reads of the cache, like the scores; O stays in L1/L2 scratch). alpha applies once, at
-    //    the block's first group. Rows of later queries see more keys: on a block crossing the
-    //    diagonal each row takes only its own (pv_accumulate's Masked).
-    const bool diag = j0 + nk > min_lim;
-    const index tg = p.kv_heads == 1 ? bc : 8;
-    for (index g0 = 0, ng = 0; g0 < nk; g0 += ng) {
-      ng = keys_in_block(p, j0 + g0, std::min(tg, nk - g0));  // paged: V rows of one block
-      for (index r = 0; r < p.kv_heads; ++r) {
-        if (!v_in_k) v_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
-        index ldv = 0;
-        const float* vt = decode_v_tile<Arch, S>(value_row(p, v_data, j0 + g0) + r * p.v_head_stride, ng, p, pl,
-                                                 sc.vpack, ldv);
+    const float mt = simd::hmax(tmax);
+    const float m_old = sc.m[gr];
+    const float m_new = std::max(m_old, mt);
+    const float m_use = m_new == ninf ? 0.0f : m_new;
+    const float alpha = m_new == m_old ? 1.0f : simd::exp_nonpositive(simd::scalar_batch<float>(m_old - m_use)).v;
+    const B mu(m_use);
+    B sum(0.0f);
+    for (index j = 0; j < bc; j += W) {
+      const B e = simd::exp_nonpositive(simd::load<Arch>(s + j) - mu);
+      sum += e;
+      simd::store(s + j, e);
+    }
+    if (pl.bf16_dot) simd::narrow_bf16<Arch>(s, sc.pbits + gr * bc, bc);
+    sc.m[gr] = m_new;
+    sc.l[gr] = sc.l[gr] * alpha + simd::hadd(sum);
+    sc.alpha[gr] = alpha;
+  }
+}
+
+/// O = alpha·O + P·V over keys [j0, j0 + nk), token group by token group across all KV heads
+/// (row-contiguous reads of the cache, like the scores; O stays in L1/L2 scratch). alpha applies
+/// once, at the block's first group. Rows of later queries see more keys: on a block crossing the
+/// diagonal each row takes only its own (vis), so a hidden key's V is never multiplied.
+template <class Arch, storage_type S, bool Dot>
+inline void decode_pv(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, const cache_stream& v_stream,
+                      bool v_in_k, index j0, index nk) {
+  using tr = kernel_traits<Arch>;
+  constexpr index W = tr::width;
+  const index R = pl.rows_per_head, bc = pl.bc, nvo = pl.dv_pad / W;
+  const bool diag = j0 + nk > decode_lim(p, pl, 0);  // row 0 sees the fewest keys
+  const index tg = p.kv_heads == 1 ? bc : 8;
+  for (index g0 = 0, ng = 0; g0 < nk; g0 += ng) {
+    ng = keys_in_block(p, j0 + g0, std::min(tg, nk - g0));  // paged: the V rows of one block
+    for (index r = 0; r < p.kv_heads; ++r) {
+      if (!v_in_k) v_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
+      const float* alpha = g0 == 0 ? sc.alpha + r * R : nullptr;
+      if constexpr (Dot) {
+        index vis[64];
+        for (index m = 0; m < R; ++m) vis[m] = std::clamp<index>(decode_lim(p, pl, m) - j0 - g0, 0, ng);
+        bf16_dot_pv_rows<Arch>(R, sc.pbits + r * R * bc + g0, bc, ng, diag ? vis : nullptr, value_row<S>(p, j0 + g0, r),
+                               p.v_token_stride, p.d_v, sc.o + r * R * pl.dv_pad, pl.dv_pad, alpha);
+        continue;
+      }
+      with_v_tile<Arch, S>(p, pl, j0 + g0, r, ng, sc.vpack, [&](auto vt, index ldv) {
+        constexpr storage_type SV = std::is_same<decltype(vt), const float*>::value ? storage_type::f32 : S;
         for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
           const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
           for (index m = 0; m < R; m += tr::pv_mr) {
@@ -323,14 +341,47 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
             index vis[tr::pv_mr];
             const index most =
                 diag ? visible_in_tile(mr, j0 + g0, ng, [&](int k) { return decode_lim(p, pl, m + k); }, vis) : -1;
-            pv_dispatch<Arch, false>(mr, nv, sc.s + gr * bc + g0, bc, most < 0 ? ng : most, vt + x0 * W, ldv,
-                                     sc.o + gr * pl.dv_pad + x0 * W, pl.dv_pad, g0 == 0 ? sc.alpha + gr : nullptr,
-                                     most < 0 ? nullptr : vis);
+            pv_dispatch<Arch, false, SV>(mr, nv, sc.s + gr * bc + g0, bc, most < 0 ? ng : most, vt + x0 * W, ldv,
+                                         sc.o + gr * pl.dv_pad + x0 * W, pl.dv_pad, alpha ? alpha + m : nullptr,
+                                         most < 0 ? nullptr : vis);
           }
         }
-      }
+      });
     }
   }
+}
+
+/// One decode task: every row of every KV head over keys [k_begin, k_end), key block by key block,
+/// with a software prefetch walking the K and V slices in address order one block ahead. Leaves
+/// the unnormalised O, m and l of all rows in the scratch.
+template <class Arch, storage_type S, bool Dot = false>
+inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
+                         index k_end) {
+  decode_begin<Arch>(p, pl, sc);
+  const cache_stream k_stream = cache_stream(stored_k<S>(p), p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk,
+                                             k_end, decode_prefetch_bytes)
+                                    .with_blocks(p.block_table, p.block_size, p.k_block_stride);
+  const cache_stream v_stream = cache_stream(stored_v<S>(p), p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v,
+                                             k_end, decode_prefetch_bytes)
+                                    .with_blocks(p.block_table, p.block_size, p.v_block_stride);
+  const bool v_in_k = v_inside_k<S>(p);
+  for (index j0 = k_begin; j0 < k_end; j0 += pl.bc) {
+    const index nk = std::min(pl.bc, k_end - j0);
+    decode_scores<Arch, S, Dot>(p, pl, sc, k_stream, j0, nk);
+    decode_softmax<Arch>(p, pl, sc, j0, nk);
+    decode_pv<Arch, S, Dot>(p, pl, sc, v_stream, v_in_k, j0, nk);
+  }
+}
+
+/// decode_range with the bf16 dot products when the plan takes them (only instantiated where
+/// they exist: a bf16 cache on an AVX512-BF16 arch).
+template <class Arch, storage_type S>
+inline void decode_range_any(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
+                             index k_end) {
+  if constexpr (S == storage_type::bf16 && simd::has_bf16_dot<Arch>) {
+    if (pl.bf16_dot) return decode_range<Arch, S, true>(p, pl, sc, k_begin, k_end);
+  }
+  decode_range<Arch, S, false>(p, pl, sc, k_begin, k_end);
 }
 
 /// Decode path of fused_sdpa (see use_decode_path) for K/V stored as S.
@@ -352,7 +403,7 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
   if (pl.splits == 1) {
     float* base = thread_scratch().get(pl.scratch_floats);
     const decode_scratch sc = carve_decode(base, pl);
-    decode_range<Arch, S>(p, pl, sc, 0, pl.max_lim);
+    decode_range_any<Arch, S>(p, pl, sc, 0, pl.max_lim);
     finish(sc.o, pl.dv_pad, sc.m, sc.l, 1);
     return;
   }
@@ -361,7 +412,7 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
     float* base = thread_scratch().get(pl.scratch_floats);
     const decode_scratch sc = carve_decode(base, pl);
     const index k_begin = sp * pl.split_len, k_end = std::min(pl.max_lim, k_begin + pl.split_len);
-    decode_range<Arch, S>(p, pl, sc, k_begin, k_end);
+    decode_range_any<Arch, S>(p, pl, sc, k_begin, k_end);
     float* dst = partials + sp * pl.rows_total * row_block;
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       std::memcpy(dst + gr * row_block, sc.o + gr * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));

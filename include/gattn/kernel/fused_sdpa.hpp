@@ -133,14 +133,14 @@ void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
     }
     constexpr index bc = tr::block_keys;
     // The next tile's K and V rows, prefetched in address order, a share per unit's work.
-    // Low-precision caches get no software prefetch yet (cache_stream counts floats): no tokens.
-    constexpr bool fp32 = S == storage_type::f32;
-    detail::cache_stream k_stream = detail::cache_stream(p.k, p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk,
-                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.k_block_stride);
-    detail::cache_stream v_stream = detail::cache_stream(p.v, p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v,
-                                                         fp32 ? k_last : 0, 0).with_blocks(p.block_table, p.block_size, p.v_block_stride);
+    detail::cache_stream k_stream = detail::cache_stream(detail::stored_k<S>(p), p.k_token_stride, p.kv_heads,
+                                                         p.k_head_stride, p.d_qk, k_last, 0)
+                                        .with_blocks(p.block_table, p.block_size, p.k_block_stride);
+    detail::cache_stream v_stream = detail::cache_stream(detail::stored_v<S>(p), p.v_token_stride, p.kv_heads,
+                                                         p.v_head_stride, p.d_v, k_last, 0)
+                                        .with_blocks(p.block_table, p.block_size, p.v_block_stride);
     k_stream.ahead = v_stream.ahead = bc;
-    const bool v_in_k = !fp32 || detail::v_inside_k(p);
+    const bool v_in_k = detail::v_inside_k<S>(p);
     k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
     for (index j0 = k_begin; j0 < k_last; j0 += bc) {

@@ -9,6 +9,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/kernel/scratch.hpp"
+#include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
 namespace gattn {
@@ -45,10 +46,11 @@ inline void qk_micro(const float* k, index ldk, const float* qt, index ldq, inde
 /// P(m, j) = p[j·ldp + m] when KeyMajor (the prefill path's Pᵀ) or p[m·ldp + j] (decode's P);
 /// alpha = nullptr: O += P·V. The tile's sum starts from 0 and is added to alpha·O at the end
 /// (blocked summation: the rounding error grows with Bc + T/Bc instead of T).
+/// V stored as S (bf16/f16: widened in registers as it is loaded; the products are the fp32 ones).
 /// Masked (tiles on the causal diagonal): row m takes keys j < vis[m] only. A masked key's p is 0,
 /// but 0·V[j] is NaN when V[j] is NaN or Inf, so it must not be multiplied at all.
-template <class Arch, int MR, int NV, bool KeyMajor, bool Masked>
-inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, index ldv, float* o, index ldo,
+template <class Arch, int MR, int NV, bool KeyMajor, bool Masked, storage_type S = storage_type::f32>
+inline void pv_accumulate(const float* p, index ldp, index nk, const storage_element_t<S>* v, index ldv, float* o, index ldo,
                           const float* alpha, const index* vis) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
@@ -63,7 +65,10 @@ inline void pv_accumulate(const float* p, index ldp, index nk, const float* v, i
   for (index j = 0; j < nk; ++j) {
     B vv[NV];
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) vv[x] = simd::load_reg<Arch>(v + j * ldv + x * W);
+    for (int x = 0; x < NV; ++x) {
+      if constexpr (S == storage_type::f32) vv[x] = simd::load_reg<Arch>(v + j * ldv + x * W);
+      else vv[x] = simd::load_widened<Arch, S>(v + j * ldv + x * W);
+    }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       if (Masked && j >= lim[m]) continue;
@@ -98,15 +103,15 @@ inline index visible_in_tile(int mr, index j0, index nk, Lim&& lim, index* vis) 
 
 /// Runs the P·V microkernel for MR rows × NV vectors (runtime mr, nv), masked when vis != nullptr
 /// (nk then the largest vis).
-template <class Arch, bool KeyMajor>
-inline void pv_dispatch(int mr, int nv, const float* p, index ldp, index nk, const float* v, index ldv, float* o,
+template <class Arch, bool KeyMajor, storage_type S = storage_type::f32>
+inline void pv_dispatch(int mr, int nv, const float* p, index ldp, index nk, const storage_element_t<S>* v, index ldv, float* o,
                         index ldo, const float* alpha, const index* vis) {
   using tr = kernel_traits<Arch>;
   static_switch<tr::pv_mr>(mr, [&](auto MR) {
     static_switch<tr::pv_nv>(nv, [&](auto NV) {
       constexpr int R = decltype(MR)::value, N = decltype(NV)::value;
-      if (vis) pv_accumulate<Arch, R, N, KeyMajor, true>(p, ldp, nk, v, ldv, o, ldo, alpha, vis);
-      else pv_accumulate<Arch, R, N, KeyMajor, false>(p, ldp, nk, v, ldv, o, ldo, alpha, nullptr);
+      if (vis) pv_accumulate<Arch, R, N, KeyMajor, true, S>(p, ldp, nk, v, ldv, o, ldo, alpha, vis);
+      else pv_accumulate<Arch, R, N, KeyMajor, false, S>(p, ldp, nk, v, ldv, o, ldo, alpha, nullptr);
     });
   });
 }

@@ -22,43 +22,47 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
-/// The K or V cache as the kernel reads it: for token t and head h, a slice of d floats at
-/// p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
+/// The K or V cache as the kernel reads it: for token t and head h, a slice of d elements (fp32,
+/// or 2-byte bf16/f16: strides count elements, lines count bytes) at p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
 /// head-major ones ([H, T, D], Hugging Face's) are both views of this kind.
 struct cache_stream {
   const char* base = nullptr;
   index tokens = 0;                         // tokens [0, tokens) exist
   index heads = 1;                          // distinct head slices per token
   index token_bytes = 0, head_bytes = 0;    // strides in bytes
-  index slice_bytes = 0;                    // d floats
+  index slice_bytes = 0;                    // d elements
   bool heads_outer = false;                 // address order: head by head (head-major layouts)
   index ahead = 0;                          // prefetch distance in tokens
   const std::int32_t* table = nullptr;      // paged: token t at block table[t / block_size]
   index block_size = 0, block_bytes = 0;
+  index element_bytes = 4;                  // 4 (fp32) or 2 (bf16/f16)
 
   /// `ahead_bytes` of slices ahead (at least one token). A zero head stride (MLA's one latent
   /// row read by every head) is one slice per token.
-  cache_stream(const float* p, index token_stride, index n_heads, index head_stride, index d, index t_k,
+  template <class Element>
+  cache_stream(const Element* p, index token_stride, index n_heads, index head_stride, index d, index t_k,
                index ahead_bytes) {
+    constexpr index size = index(sizeof(Element));
     base = reinterpret_cast<const char*>(p);
+    element_bytes = size;
     tokens = t_k;
     heads = head_stride == 0 ? 1 : n_heads;
-    token_bytes = token_stride * index(sizeof(float));
-    head_bytes = head_stride * index(sizeof(float));
-    slice_bytes = d * index(sizeof(float));
+    token_bytes = token_stride * size;
+    head_bytes = head_stride * size;
+    slice_bytes = d * size;
     heads_outer = heads > 1 && head_bytes > token_bytes;
     const index per_token = heads * slice_bytes;
     ahead = std::max<index>(1, (ahead_bytes + per_token - 1) / per_token);
   }
 
-  /// The same stream over a paged view (block_table as in sdpa_params, block_stride in floats;
+  /// The same stream over a paged view (block_table as in sdpa_params, block_stride in elements;
   /// nullptr = contiguous). A paged view is token-major; a head-major one gets no prefetch.
   cache_stream with_blocks(const std::int32_t* block_table, index bsize, index block_stride) const {
     cache_stream c = *this;
     if (block_table == nullptr) return c;
     c.table = block_table;
     c.block_size = bsize;
-    c.block_bytes = block_stride * index(sizeof(float));
+    c.block_bytes = block_stride * element_bytes;
     if (c.heads_outer) c.tokens = 0;
     return c;
   }

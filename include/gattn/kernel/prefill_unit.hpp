@@ -25,9 +25,35 @@
 namespace gattn {
 namespace detail {
 
+/// The stored K and V of p as elements of storage type S.
+template <storage_type S>
+inline const storage_element_t<S>* stored_k(const sdpa_params& p) {
+  if constexpr (S == storage_type::f32) return p.k;
+  else return p.k_bits;
+}
+template <storage_type S>
+inline const storage_element_t<S>* stored_v(const sdpa_params& p) {
+  if constexpr (S == storage_type::f32) return p.v;
+  else return p.v_bits;
+}
+
+/// The stored K row (d_qk elements) of key j and KV head r, and the V row (d_v elements): the one
+/// place each address is computed.
+template <storage_type S>
+inline const storage_element_t<S>* key_row(const sdpa_params& p, index j, index r) {
+  return key_row(p, stored_k<S>(p), j) + r * p.k_head_stride;  // through the block table, if any
+}
+template <storage_type S>
+inline const storage_element_t<S>* value_row(const sdpa_params& p, index j, index r) {
+  return value_row(p, stored_v<S>(p), j) + r * p.v_head_stride;
+}
+
 /// True when the V rows lie inside the K rows (the MLA latent cache): a K prefetch covers V.
+template <storage_type S = storage_type::f32>
 inline bool v_inside_k(const sdpa_params& p) {
-  return p.v >= p.k && p.v + p.d_v <= p.k + p.d_qk && p.v_token_stride == p.k_token_stride &&
+  const storage_element_t<S>* k = stored_k<S>(p);
+  const storage_element_t<S>* v = stored_v<S>(p);
+  return v >= k && v + p.d_v <= k + p.d_qk && p.v_token_stride == p.k_token_stride &&
          p.v_block_stride == p.k_block_stride;
 }
 
@@ -114,11 +140,10 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
     const float* kt;
     index ldk;
     if constexpr (S == storage_type::f32) {
-      kt = key_row(p, p.k, j0) + r * p.k_head_stride;
+      kt = key_row<S>(p, j0, r);
       ldk = p.k_token_stride;
     } else {
-      widen_tile<Arch, S>(key_row(p, p.k_bits, j0) + r * p.k_head_stride, p.k_token_stride, nk, p.d_qk,
-                          sc.kpack, p.d_qk);
+      widen_tile<Arch, S>(key_row<S>(p, j0, r), p.k_token_stride, nk, p.d_qk, sc.kpack, p.d_qk);
       kt = sc.kpack;
       ldk = p.d_qk;
     }
@@ -169,13 +194,12 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
     const float* vt;
     index ldv = p.v_token_stride;
     if constexpr (S == storage_type::f32) {
-      vt = value_row(p, p.v, j0) + r * p.v_head_stride;
+      vt = value_row<S>(p, j0, r);
       if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
     } else {
       // Only the nk rows of this tile are widened; pv_dispatch reads no row past them, and on a
       // diagonal tile each row's masked count (vis) keeps a NaN of a hidden key out of its P·V.
-      widen_tile<Arch, S>(value_row(p, p.v_bits, j0) + r * p.v_head_stride, p.v_token_stride, nk, p.d_v,
-                          sc.vpack, pl.dv_pad);
+      widen_tile<Arch, S>(value_row<S>(p, j0, r), p.v_token_stride, nk, p.d_v, sc.vpack, pl.dv_pad);
       vt = sc.vpack;
       ldv = pl.dv_pad;
     }

@@ -45,6 +45,8 @@ struct sdpa_params {
   const std::int32_t* block_table = nullptr;
   index block_size = 0;
   index k_block_stride = 0, v_block_stride = 0;
+  /// SPEC §10: fast lets a bf16 cache's decode round scale·q and P to bf16 for vdpbf16ps (AVX512-BF16); elsewhere exact.
+  kv_numerics numerics = kv_numerics::exact;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
   float scale = 1.0f;
