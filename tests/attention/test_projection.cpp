@@ -122,11 +122,10 @@ TEST(Projection, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
 }
 
 TEST(Projection, SmallGemmEveryRowCountAroundTheBlocksAndTheCrossover) {
-  constexpr index max_rows = linear_map::small_gemm_rows;
-  std::vector<index> row_counts;
-  for (index r = 3; r <= 13; ++r) row_counts.push_back(r);
-  for (index r : {index(31), index(32), index(33), max_rows - 1, max_rows, max_rows + 1}) row_counts.push_back(r);
   for (storage_type type : all_types) {
+    const index max_rows = linear_map::small_gemm_rows(type);
+    std::vector<index> row_counts;
+    for (index r = 3; r <= max_rows + 1; ++r) row_counts.push_back(r);
     // odd sizes: 71 output rows (4-row blocks and a remainder), in = 45 (a vector body and a tail)
     const stored_weight big(type, 71, 52, 3, 31);
     const weight_view slice = big.view().col_range(4, 45);  // row stride 55
@@ -147,7 +146,7 @@ TEST(Projection, EveryThreadContextGivesTheSameBits) {
   };
   const stored_weight w(storage_type::bf16, 700, 300, 0, 21);  // 420 KB: large enough to go parallel
   const linear_map m(w.view(), nullptr);
-  for (index rows : {index(1), index(2), index(6), index(linear_map::small_gemm_rows + 3)}) {
+  for (index rows : {index(1), index(2), index(6), index(linear_map::small_gemm_rows(storage_type::bf16) + 3)}) {
     const auto x = random_vector(std::size_t(rows * 300), 22);
     std::vector<float> a(std::size_t(rows * 700)), b(a.size()), c(a.size());
     m.apply(x.data(), rows, 300, a.data(), 700, execution_context::serial());
@@ -219,6 +218,50 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
           }
         }
   });
+}
+
+TEST(ProjectionRows, TransposedProductOnEveryArch) {
+  kernel_test::for_each_arch([](auto arch) {
+    using A = decltype(arch);
+    for (storage_type type : all_types)
+      for (index cols : {index(1), index(7), index(33), index(4 * 16 + 5)})
+        for (index rows : {index(1), index(3)}) {
+          const index k_count = 13, x_stride = k_count + 2, y_stride = cols + 3;
+          const stored_weight w(type, k_count, cols, 2, unsigned(cols + rows));
+          const weight_view v = w.view();
+          const auto x = random_vector(std::size_t(rows * x_stride), 6);
+          std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
+          detail::gemm_cols<A>(type, v.data(), v.row_stride() * storage_bytes(type), k_count, cols, x.data(), x_stride,
+                               rows, y.data(), y_stride);
+          for (index n = 0; n < rows; ++n) {
+            for (index c = 0; c < cols; ++c) {
+              double want = 0, mag = 0;
+              for (index k = 0; k < k_count; ++k) {
+                const double p = double(v.at(k, c)) * x[std::size_t(n * x_stride + k)];
+                want += p;
+                mag += std::abs(p);
+              }
+              ASSERT_NEAR(y[std::size_t(n * y_stride + c)], want, 3e-6 * mag + 1e-30)
+                  << A::name() << " " << to_string(type) << " cols " << cols << " x row " << n;
+            }
+            for (index c = cols; c < y_stride; ++c) ASSERT_EQ(y[std::size_t(n * y_stride + c)], -99.0f) << "wrote past cols";
+          }
+        }
+  });
+  // through the map, on a column slice of a wider tensor
+  const stored_weight big(storage_type::bf16, 9, 40, 0, 3);
+  const transposed_map m(big.view().col_range(6, 21));
+  EXPECT_EQ(m.in(), 9);
+  EXPECT_EQ(m.out(), 21);
+  const auto x = random_vector(9 * 2, 4);
+  std::vector<float> y(2 * 21);
+  m.apply(x.data(), 2, 9, y.data(), 21);
+  for (index n = 0; n < 2; ++n)
+    for (index c = 0; c < 21; ++c) {
+      double want = 0;
+      for (index k = 0; k < 9; ++k) want += double(big.view().at(k, 6 + c)) * x[std::size_t(n * 9 + k)];
+      ASSERT_NEAR(y[std::size_t(n * 21 + c)], want, 1e-4) << "row " << n << " col " << c;
+    }
 }
 
 }  // namespace

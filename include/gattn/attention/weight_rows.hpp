@@ -162,6 +162,54 @@ void gemm_rows(storage_type t, const void* w, index stride, index count, const f
   }
 }
 
+/// y[n, c] (row stride y_stride) = Σ_k x[n, k] · W[k, c] for the `k_count` weight rows at `w`
+/// (`stride` bytes apart, `cols` values used of each) and `rows` rows of x: a product with the
+/// weight NOT transposed (MLA's q_nope · W_uk), reading W in its stored dtype. Each x element is
+/// broadcast over four vectors of a weight row; the sum over k runs in order, in fp32.
+template <class Arch, storage_type S>
+void gemm_cols(const unsigned char* w, index stride, index k_count, index cols, const float* x, index x_stride,
+               index rows, float* y, index y_stride) noexcept {
+  using B = simd::batch<float, Arch>;
+  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  for (index n = 0; n < rows; ++n) {
+    const float* xn = x + n * x_stride;
+    float* yn = y + n * y_stride;
+    index c = 0;
+    for (; c + 4 * L <= cols; c += 4 * L) {
+      B acc[4] = {B(0.0f), B(0.0f), B(0.0f), B(0.0f)};
+      for (index k = 0; k < k_count; ++k) {
+        const B xb = simd::broadcast<Arch>(xn[k]);
+        for (int i = 0; i < 4; ++i)
+          acc[i] = simd::fma(load_weights_as_f32<Arch, S>(w + k * stride + (c + i * L) * E), xb, acc[i]);
+      }
+      for (int i = 0; i < 4; ++i) simd::store(yn + c + i * L, acc[i]);
+    }
+    for (; c + L <= cols; c += L) {
+      B acc(0.0f);
+      for (index k = 0; k < k_count; ++k)
+        acc = simd::fma(load_weights_as_f32<Arch, S>(w + k * stride + c * E), simd::broadcast<Arch>(xn[k]), acc);
+      simd::store(yn + c, acc);
+    }
+    for (; c < cols; ++c) {
+      float s = 0.0f;
+      for (index k = 0; k < k_count; ++k) s += xn[k] * weight_as_f32<S>(w + k * stride + c * E);
+      yn[c] = s;
+    }
+  }
+}
+
+/// gemm_cols for a runtime storage type.
+template <class Arch>
+void gemm_cols(storage_type t, const void* w, index stride, index k_count, index cols, const float* x, index x_stride,
+               index rows, float* y, index y_stride) noexcept {
+  const auto* p = static_cast<const unsigned char*>(w);
+  switch (t) {
+    case storage_type::f32: gemm_cols<Arch, storage_type::f32>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
+    case storage_type::bf16: gemm_cols<Arch, storage_type::bf16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
+    case storage_type::f16: gemm_cols<Arch, storage_type::f16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
+  }
+}
+
 /// The `count` rows at `w` (`stride` bytes apart, `in` values each) widened exactly into out
 /// [count, in], dense.
 template <class Arch, storage_type S>
