@@ -2,7 +2,8 @@
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
 // unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
 // used in place and a bf16 KV cache); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
-// one decode token alone, GBps = weight bytes, for limits/read); and the MLA layer, layer/MLAP (prefill
+// one decode token alone, GBps = weight bytes, for limits/read); proj/gemm/{dtype}/n:N (the same for N
+// rows, GFLOPS for limits/fma); and the MLA layer, layer/MLAP (prefill
 // T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
 #include <benchmark/benchmark.h>
 
@@ -205,6 +206,8 @@ void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, i
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["GBps"] = benchmark::Counter(double(m.weight_bytes()) * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
+  st.counters["GFLOPS"] = benchmark::Counter(2.0 * double(rows) * double(m.out()) * double(m.in()) * double(st.iterations()) * 1e-9,
+                                             benchmark::Counter::kIsRate);
 }
 
 int register_layers() {
@@ -214,6 +217,13 @@ int register_layers() {
       benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
                                    index(1), t)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    // The same projection for N rows (batched decode): the small GEMM up to
+    // linear_map::small_gemm_rows, Eigen panels beyond (n:256 shows the crossover).
+    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
+      for (index n : {index(8), index(32), index(128), index(256)})
+        benchmark::RegisterBenchmark(("proj/gemm/" + std::string(gattn::to_string(type)) + "/n:" + std::to_string(n) + ts).c_str(),
+                                     bm_projection, type, n, t)
+            ->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark(("layer/L1D/g1_elementwise_bf16" + ts).c_str(), bm_gqa_layer,
                                  std::string("g1_elementwise_bf16"), true, t)
         ->Unit(benchmark::kMillisecond)->UseRealTime();

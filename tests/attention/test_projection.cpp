@@ -1,6 +1,7 @@
-// linear_map over typed weight views: GEMV (rows <= 2) and GEMM, f32/bf16/f16, several segments,
-// row strides (column-sliced views), odd sizes, every thread context; against a double-precision
-// product of the widened weights. The GEMV inner loop runs on every arch of the binary.
+// linear_map over typed weight views: GEMV (rows <= 2), the small GEMM (rows 3..small_gemm_rows)
+// and the Eigen panels beyond, f32/bf16/f16, several segments, row strides (column-sliced views),
+// odd sizes, every thread context; against a double-precision product of the widened weights. The
+// GEMV and small-GEMM inner loops run on every arch of the binary.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -120,6 +121,23 @@ TEST(Projection, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
   }
 }
 
+TEST(Projection, SmallGemmEveryRowCountAroundTheBlocksAndTheCrossover) {
+  for (storage_type type : all_types) {
+    const index max_rows = linear_map::small_gemm_rows(type);
+    std::vector<index> row_counts;
+    for (index r = 3; r <= max_rows + 1; ++r) row_counts.push_back(r);
+    // odd sizes: 71 output rows (4-row blocks and a remainder), in = 45 (a vector body and a tail)
+    const stored_weight big(type, 71, 52, 3, 31);
+    const weight_view slice = big.view().col_range(4, 45);  // row stride 55
+    const stored_weight other(type, 9, 45, 0, 32);
+    std::vector<float> bias_values = random_vector(71, 33);
+    const weight_view bias(storage_type::f32, bias_values.data(), {71});
+    const std::vector<weight_segment> segs = {{slice, 2, 66, &bias}, {other.view(), 0, -1, nullptr}, {slice, 0, 1, &bias}};
+    const linear_map m(segs);
+    for (index rows : row_counts) expect_close(m, segs, rows, 45, execution_context{}, to_string(type));
+  }
+}
+
 TEST(Projection, EveryThreadContextGivesTheSameBits) {
   struct pool {
     static void run(void*, index n, void* body, execution_context::range_fn f) {
@@ -128,7 +146,7 @@ TEST(Projection, EveryThreadContextGivesTheSameBits) {
   };
   const stored_weight w(storage_type::bf16, 700, 300, 0, 21);  // 420 KB: large enough to go parallel
   const linear_map m(w.view(), nullptr);
-  for (index rows : {index(1), index(2), index(6)}) {
+  for (index rows : {index(1), index(2), index(6), index(linear_map::small_gemm_rows(storage_type::bf16) + 3)}) {
     const auto x = random_vector(std::size_t(rows * 300), 22);
     std::vector<float> a(std::size_t(rows * 700)), b(a.size()), c(a.size());
     m.apply(x.data(), rows, 300, a.data(), 700, execution_context::serial());
@@ -170,6 +188,80 @@ TEST(ProjectionRows, GemvRowsOnEveryArch) {
         }
       }
   });
+}
+
+TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
+  kernel_test::for_each_arch([](auto arch) {
+    using A = decltype(arch);
+    for (storage_type type : all_types)
+      for (index in : {index(1), index(7), index(33), index(257)})
+        for (index rows : {index(1), index(3), index(4), index(5), index(9)}) {
+          const index count = 11, x_stride = in + 3, y_stride = count + 2;
+          const stored_weight w(type, count, in, 2, unsigned(in + rows));
+          const weight_view v = w.view();
+          const auto x = random_vector(std::size_t(rows * x_stride), 5);
+          std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
+          detail::gemm_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), count, x.data(), x_stride, rows, in,
+                               y.data(), y_stride);
+          for (index n = 0; n < rows; ++n) {
+            for (index r = 0; r < count; ++r) {
+              double want = 0, mag = 0;
+              for (index k = 0; k < in; ++k) {
+                const double p = double(v.at(r, k)) * x[std::size_t(n * x_stride + k)];
+                want += p;
+                mag += std::abs(p);
+              }
+              ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want, 3e-6 * mag + 1e-30)
+                  << A::name() << " " << to_string(type) << " in " << in << " rows " << rows << " x row " << n;
+            }
+            for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
+          }
+        }
+  });
+}
+
+TEST(ProjectionRows, TransposedProductOnEveryArch) {
+  kernel_test::for_each_arch([](auto arch) {
+    using A = decltype(arch);
+    for (storage_type type : all_types)
+      for (index cols : {index(1), index(7), index(33), index(4 * 16 + 5)})
+        for (index rows : {index(1), index(3)}) {
+          const index k_count = 13, x_stride = k_count + 2, y_stride = cols + 3;
+          const stored_weight w(type, k_count, cols, 2, unsigned(cols + rows));
+          const weight_view v = w.view();
+          const auto x = random_vector(std::size_t(rows * x_stride), 6);
+          std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
+          detail::gemm_cols<A>(type, v.data(), v.row_stride() * storage_bytes(type), k_count, cols, x.data(), x_stride,
+                               rows, y.data(), y_stride);
+          for (index n = 0; n < rows; ++n) {
+            for (index c = 0; c < cols; ++c) {
+              double want = 0, mag = 0;
+              for (index k = 0; k < k_count; ++k) {
+                const double p = double(v.at(k, c)) * x[std::size_t(n * x_stride + k)];
+                want += p;
+                mag += std::abs(p);
+              }
+              ASSERT_NEAR(y[std::size_t(n * y_stride + c)], want, 3e-6 * mag + 1e-30)
+                  << A::name() << " " << to_string(type) << " cols " << cols << " x row " << n;
+            }
+            for (index c = cols; c < y_stride; ++c) ASSERT_EQ(y[std::size_t(n * y_stride + c)], -99.0f) << "wrote past cols";
+          }
+        }
+  });
+  // through the map, on a column slice of a wider tensor
+  const stored_weight big(storage_type::bf16, 9, 40, 0, 3);
+  const transposed_map m(big.view().col_range(6, 21));
+  EXPECT_EQ(m.in(), 9);
+  EXPECT_EQ(m.out(), 21);
+  const auto x = random_vector(9 * 2, 4);
+  std::vector<float> y(2 * 21);
+  m.apply(x.data(), 2, 9, y.data(), 21);
+  for (index n = 0; n < 2; ++n)
+    for (index c = 0; c < 21; ++c) {
+      double want = 0;
+      for (index k = 0; k < 9; ++k) want += double(big.view().at(k, 6 + c)) * x[std::size_t(n * 9 + k)];
+      ASSERT_NEAR(y[std::size_t(n * 21 + c)], want, 1e-4) << "row " << n << " col " << c;
+    }
 }
 
 }  // namespace

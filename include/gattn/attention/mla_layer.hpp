@@ -128,9 +128,8 @@ class mla_layer {
 
   // The projections hold views of `w`'s weights (no copy), so the memory behind them must outlive
   // the layer unless the views keep it alive (weight_maps of fp32 tensors and io::load_weights'
-  // views do). Norm weights and biases are widened (small). W_uk/W_uv of the absorbed form are the
-  // one copy: fp32, H·(d_nope + d_v)·d_c·4 bytes (the size of kv_b_proj in fp32), because the
-  // absorbed path multiplies by them as Eigen matrices.
+  // views do). Norm weights and biases are widened (small). W_uk/W_uv of the absorbed form are
+  // views of kv_b_proj's row blocks too, used in their stored dtype (issue #10).
   void load(const weight_map& w) {
     const index d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
     const index dc = cfg_.kv_lora_rank;
@@ -161,15 +160,11 @@ class mla_layer {
     // Absorbed form: per head W_uk [d_nope, d_c] and W_uv [d_v, d_c], the two row blocks of kv_b_proj.
     // A kv_b_proj bias cannot be absorbed into a latent-width query; such checkpoints run expanded.
     absorbable_ = kvb_bias == nullptr;
-    w_uk_.resize(std::size_t(H));
-    w_uv_.resize(std::size_t(H));
-    auto widened_rows = [&](index first, index count) {
-      const std::vector<float> v = kvb.row_range(first, count).widened();
-      return row_matrix(Eigen::Map<const row_matrix>(v.data(), count, dc));
-    };
+    w_uk_.clear();
+    w_uv_.clear();
     for (index h = 0; h < H && absorbable_; ++h) {
-      w_uk_[std::size_t(h)] = widened_rows(h * (dn + dv), dn);
-      w_uv_[std::size_t(h)] = widened_rows(h * (dn + dv) + dn, dv);
+      w_uk_.emplace_back(kvb.row_range(h * (dn + dv), dn));                          // q̃ = q_nope · W_uk
+      w_uv_.push_back(linear_map(std::vector<weight_segment>{{kvb, h * (dn + dv) + dn, dv}}));  // o = ō · W_uvᵀ
     }
     o_ = make_linear(w.get("o_proj.weight", {d, H * dv}), w.find("o_proj.bias", {d}));
   }
@@ -298,11 +293,8 @@ class mla_layer {
                                layer_workspace& ws, statistics_observer* stats) const {
     const index H = cfg_.heads, Q = qk(), L = latent_width(), dc = cfg_.kv_lora_rank, dn = cfg_.qk_nope_head_dim;
     float* qa = ws.attention.data() + slot * H * (L + dc);  // [n, H, L], then ō [n, H, d_c]
-    using stride = Eigen::OuterStride<>;
     for (index h = 0; h < H; ++h) {
-      Eigen::Map<const row_matrix, 0, stride> qn(q + first * H * Q + h * Q, n, dn, stride(H * Q));
-      Eigen::Map<row_matrix, 0, stride> qt(qa + h * L, n, dc, stride(H * L));
-      qt.noalias() = qn * w_uk_[std::size_t(h)];
+      w_uk_[std::size_t(h)].apply(q + first * H * Q + h * Q, n, H * Q, qa + h * L, H * L);
       for (index t = 0; t < n; ++t)
         std::copy_n(q + ((first + t) * H + h) * Q + dn, cfg_.qk_rope_head_dim, qa + (t * H + h) * L + dc);
     }
@@ -327,12 +319,9 @@ class mla_layer {
   void absorbed_output(const sdpa_params& p, index first, layer_workspace& ws, statistics_observer* stats) const {
     const index H = cfg_.heads, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
     float* o = ws.gated.data() + first * H * dv;
-    using stride = Eigen::OuterStride<>;
-    for (index h = 0; h < H; ++h) {
-      Eigen::Map<const row_matrix, 0, stride> lo(p.out + h * dc, p.t_q, dc, stride(H * dc));
-      Eigen::Map<row_matrix, 0, stride> oh(o + h * dv, p.t_q, dv, stride(H * dv));
-      oh.noalias() = lo * w_uv_[std::size_t(h)].transpose();
-    }
+    // Per head on the calling thread, as before: the heads' maps are small.
+    static const execution_context serial = execution_context::serial();
+    for (index h = 0; h < H; ++h) w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial);
     if (stats) observe_first_token_attention(p, *stats);
   }
 
@@ -413,7 +402,8 @@ class mla_layer {
   index n_cols_ = 0;
   linear_map first_, q_b_, kv_b_, gate_b_, o_;
   std::vector<float> q_a_norm_, kv_a_norm_;
-  std::vector<row_matrix> w_uk_, w_uv_;
+  std::vector<transposed_map> w_uk_;  // per head, views of kv_b_proj
+  std::vector<linear_map> w_uv_;
   bool absorbable_ = true;
   sdpa_function sdpa_ = &kernel_sdpa;
   mla_form form_ = mla_form::automatic;
