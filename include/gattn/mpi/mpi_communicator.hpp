@@ -2,6 +2,13 @@
 // gattn::mpi, which links MPI::MPI_CXX; nothing in gattn::gattn includes this header.
 #pragma once
 
+// gattn uses MPI's C API only; the deprecated C++ bindings would add nothing but warnings.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <algorithm>
