@@ -7,6 +7,9 @@ if(NOT (TARGET gattn_cli AND TARGET gattn_mpi AND MPIEXEC_EXECUTABLE) OR CMAKE_C
 endif()
 
 set(_mpi_runner ${CMAKE_CURRENT_LIST_DIR}/run_mpi_cli.cmake)
+# One thread per rank; and no cross-memory-attach copies, which containers without ptrace refuse
+# (Open MPI's shared-memory transport then falls back to copy-in/copy-out).
+set(_mpi_env "OMP_NUM_THREADS=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 set(_mpi_data ${CMAKE_CURRENT_LIST_DIR}/../data)
 
 # The rank counts a layer's heads allow (SPEC §12), out of 2, 3, 4; 3 only when 2 is not allowed.
@@ -56,7 +59,7 @@ function(_gattn_mpi_test name config weights input tol json)
   endif()
   add_test(NAME mpi.${name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DCLI=$<TARGET_FILE:gattn_cli>
     -DCONFIG=${config} -DWEIGHTS=${weights} -DINPUT=${input} -DTOL=${tol} "-DRANKS=${ranks}" -P ${_mpi_runner})
-  set_tests_properties(mpi.${name} PROPERTIES TIMEOUT 300 LABELS mpi ENVIRONMENT "OMP_NUM_THREADS=1")
+  set_tests_properties(mpi.${name} PROPERTIES TIMEOUT 300 LABELS mpi ENVIRONMENT "${_mpi_env}")
 endfunction()
 
 file(GLOB _mpi_configs ${_mpi_data}/*.config.json)
@@ -87,4 +90,4 @@ add_test(NAME mpi.refuses_3_ranks_over_4_heads COMMAND ${CMAKE_COMMAND} -DMPIEXE
   -DCLI=$<TARGET_FILE:gattn_cli> -DCONFIG=${_mpi_data}/gqa_plain.config.json
   -DWEIGHTS=${_mpi_data}/gqa_plain.safetensors -DINPUT=${_mpi_data}/gqa_plain.safetensors -DREFUSE=3
   -P ${_mpi_runner})
-set_tests_properties(mpi.refuses_3_ranks_over_4_heads PROPERTIES TIMEOUT 120 LABELS mpi)
+set_tests_properties(mpi.refuses_3_ranks_over_4_heads PROPERTIES TIMEOUT 120 LABELS mpi ENVIRONMENT "${_mpi_env}")
