@@ -21,7 +21,11 @@ set(allowed_diagnostics "core;simd;gate")
 set(allowed_attention "core;simd;gate;kernel;diagnostics")
 set(allowed_backend "core;simd;gate;kernel;diagnostics;attention;reference")
 set(allowed_io "core;simd;gate")
-set(order core simd gate kernel reference diagnostics attention backend io)
+# Tensor parallelism (SPEC §12) sits above the layers it shards; mpi/ is the optional MPI transport
+# (target gattn::mpi), so nothing but itself may include it.
+set(allowed_parallel "core;simd;gate;kernel;diagnostics;attention")
+set(allowed_mpi "core;parallel")
+set(order core simd gate kernel reference diagnostics attention backend io parallel mpi)
 
 # The list itself must be acyclic: every allowed folder comes earlier in `order`.
 set(seen "")

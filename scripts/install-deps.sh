@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian 12 packages gattn needs, and nothing that is already there.
 #
-#   scripts/install-deps.sh                 # build + test deps
+#   scripts/install-deps.sh                 # build + test deps (with Open MPI for gattn::mpi)
 #   scripts/install-deps.sh --cross         # + AArch64 cross compiler and qemu-user
 #   scripts/install-deps.sh --fuzz --plot   # + clang/libFuzzer, gnuplot
 #
@@ -10,6 +10,9 @@
 set -euo pipefail
 
 pkgs=(cmake g++ make libeigen3-dev libxsimd-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev)
+# Tensor parallelism over MPI (gattn::mpi, `mpirun -np P gattn run`): the host's Open MPI. The
+# AArch64 cross build does not use it (CMake never looks for MPI when cross-compiling).
+pkgs+=(libopenmpi-dev openmpi-bin)
 for arg in "$@"; do
   case "$arg" in
     --cross) pkgs+=(g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user googletest) ;;

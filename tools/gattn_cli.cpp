@@ -20,6 +20,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -28,6 +29,7 @@
 #include "gattn/backend/backend.hpp"
 #include "gattn/io.hpp"
 #include "cli_batch.hpp"
+#include "cli_tp.hpp"
 
 #ifndef GATTN_VERSION
 #define GATTN_VERSION "unknown"
@@ -372,7 +374,8 @@ int run_command(int argc, char** argv) {
   const std::string prefix = layer_index >= 0 && !args.has("--prefix")
                                  ? gattn::io::hf_layer_prefix(read_config_json(config_path), layer_index)
                                  : find_prefix(weights_file, args);
-  gattn::any_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true));
+  gattn::cli::tp_group& group = gattn::cli::tp_group::current();  // under mpirun: this rank's heads
+  gattn::cli::run_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true), group);
   if (args.flag("--reference")) layer.set_sdpa(&gattn::reference_sdpa);
   if (form != gattn::mla_form::automatic) layer.set_mla_form(form);
 
@@ -401,7 +404,7 @@ int run_command(int argc, char** argv) {
 
   gattn::statistics_observer observer;
   gattn::statistics_observer* stats = args.has("--stats") ? &observer : nullptr;
-  const bool quiet = args.flag("--quiet");
+  const bool quiet = args.flag("--quiet") || !group.root();
   progress_line progress(!quiet);
   const gattn::index prefilled = decode_from < 0 ? T : decode_from;
   const auto prefill_start = run_clock::now();
@@ -423,7 +426,7 @@ int run_command(int argc, char** argv) {
   const double decode_ms = milliseconds_since(decode_start);
   progress.clear();
 
-  if (args.has("--output")) {
+  if (args.has("--output") && group.root()) {
     gattn::io::write_safetensors(args.values.at("--output"), {{"y", gattn::io::dtype::f32, {T, d}, y.data()}},
                                  {{"producer", std::string("gattn ") + GATTN_VERSION}});
   }
@@ -431,12 +434,13 @@ int run_command(int argc, char** argv) {
   if (!quiet) {
     // One greppable line of key=value fields; new fields are appended, never reordered.
     const double seconds = (prefill_ms + decode_ms) / 1000;
-    std::fprintf(stderr, "gattn: run: tokens=%lld prefill=%lld/%.3fms decode=%lld/%.3fms tok/s=%.3g arch=%s threads=%d\n",
+    std::fprintf(stderr, "gattn: run: tokens=%lld prefill=%lld/%.3fms decode=%lld/%.3fms tok/s=%.3g arch=%s threads=%d%s\n",
                  static_cast<long long>(T), static_cast<long long>(prefilled), prefill_ms,
                  static_cast<long long>(T - prefilled), decode_ms, seconds > 0 ? double(T) / seconds : 0.0,
-                 gattn::default_arch_name().c_str(), available_threads());
+                 gattn::default_arch_name().c_str(), available_threads(),
+                 group.mpi() ? (" ranks=" + std::to_string(group.size())).c_str() : "");
   }
-  if (check) {
+  if (check && group.root()) {
     const double rel = relative_error(y, y_ref);
     const bool ok = rel <= tolerance;  // NaN fails
     std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(tolerance) << " "
@@ -605,9 +609,8 @@ int dispatch(int argc, char** argv) {
   throw usage_error("unknown command '" + cmd + "'");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// The run's exit status; every error is reported here, on this rank's stderr.
+int run_main(int argc, char** argv) {
   try {
     const int status = dispatch(argc, argv);
     // Output on stdout that cannot be written (a closed pipe, a full disk) is a failed run too.
@@ -634,4 +637,19 @@ int main(int argc, char** argv) {
     std::cerr << "gattn: internal error: " << e.what() << "\n";
     return 3;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<gattn::cli::tp_group> group;
+  try {
+    group = std::make_unique<gattn::cli::tp_group>(&argc, &argv);  // MPI only under mpirun (cli_tp.hpp)
+  } catch (const std::exception& e) {
+    std::cerr << "gattn: error: " << e.what() << "\n";
+    return 1;
+  }
+  const int status = run_main(argc, argv);
+  if (status != 0) group->fail(status);
+  return status;
 }

@@ -1,0 +1,53 @@
+// The slices of a weight a rank keeps (SPEC §12). Every shard reads the full weights through these
+// two functions only, as views into the caller's (mapped) weights: a rank touches nothing but its
+// own slices.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gattn/core/error.hpp"
+#include "gattn/core/weights.hpp"
+
+namespace gattn {
+
+/// A run of consecutive rows [first, first + count).
+struct row_run {
+  index first = 0;
+  index count = 0;
+};
+
+/// The rows `runs` of `t` (a [rows, cols] matrix or a [rows] vector), stacked in order. One run is a
+/// view (no copy); several runs (a fused per_kv_group q_proj cut inside a group) are copied, only
+/// those rows, in the stored element type.
+inline weight_view slice_rows(const weight_view& t, const std::vector<row_run>& runs) {
+  detail::require<weight_error>(t.shape().size() == 1 || t.shape().size() == 2, "slice_rows: tensor of shape ",
+                                shape_string(t.shape()), " is not a matrix or a vector");
+  index total = 0;
+  for (const row_run& r : runs) {
+    detail::require<weight_error>(r.first >= 0 && r.count >= 0 && r.first + r.count <= t.rows(), "slice_rows: rows [",
+                                  r.first, ", ", r.first + r.count, ") of a tensor of shape ", shape_string(t.shape()));
+    total += r.count;
+  }
+  if (runs.size() == 1) return t.row_range(runs[0].first, runs[0].count);
+  const std::size_t row_bytes = std::size_t(t.cols() * storage_bytes(t.type()));
+  auto buffer = std::make_shared<std::vector<unsigned char>>(std::size_t(total) * row_bytes);
+  unsigned char* dst = buffer->data();
+  for (const row_run& r : runs)
+    for (index i = 0; i < r.count; ++i, dst += row_bytes) std::memcpy(dst, t.row(r.first + i), row_bytes);
+  std::vector<index> shape = t.shape();
+  shape[0] = total;
+  return weight_view(t.type(), buffer->data(), std::move(shape), -1, std::shared_ptr<const void>(buffer, buffer->data()));
+}
+
+/// Columns [first, first + count) of the [rows, cols] matrix `t`: a strided view, no copy.
+inline weight_view slice_cols(const weight_view& t, index first, index count) {
+  detail::require<weight_error>(t.shape().size() == 2 && first >= 0 && count >= 0 && first + count <= t.cols(),
+                                "slice_cols: columns [", first, ", ", first + count, ") of a tensor of shape ",
+                                shape_string(t.shape()));
+  return t.col_range(first, count);
+}
+
+}  // namespace gattn

@@ -1,0 +1,38 @@
+# One mpi.* test (tests/parallel/mpi_tests.cmake): runs the gattn CLI under mpiexec.
+#   -DRANKS="2;4" -DTOL=R : for each P, prefill and --decode-from 3 must pass --check, and the
+#                           summary line must say ranks=P
+#   -DREFUSE=P            : P ranks must all fail with a `gattn: error:` line, within seconds
+cmake_minimum_required(VERSION 3.19)
+set(launch ${MPIEXEC} --allow-run-as-root --oversubscribe)
+set(files run --config ${CONFIG} --weights ${WEIGHTS} --input ${INPUT})
+
+if(DEFINED REFUSE)
+  string(TIMESTAMP start "%s")
+  execute_process(COMMAND ${launch} -np ${REFUSE} ${CLI} ${files} --check TIMEOUT 60
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(TIMESTAMP end "%s")
+  math(EXPR seconds "${end} - ${start}")
+  if(rc EQUAL 0 OR rc MATCHES "timeout")
+    message(FATAL_ERROR "-np ${REFUSE}: expected a refusal, got '${rc}' after ${seconds} s\n${out}\n${err}")
+  endif()
+  string(REGEX MATCHALL "gattn: error: tensor parallelism: num_attention_heads=[0-9]+ is not divisible by the ${REFUSE} ranks"
+         lines "${err}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL REFUSE OR seconds GREATER 20)
+    message(FATAL_ERROR "-np ${REFUSE}: ${n} of ${REFUSE} ranks named the split, after ${seconds} s:\n${err}")
+  endif()
+  message(STATUS "-np ${REFUSE}: every rank refused in ${seconds} s (exit status ${rc})")
+  return()
+endif()
+
+foreach(p IN LISTS RANKS)
+  foreach(mode "" "--decode-from;3")
+    execute_process(COMMAND ${launch} -np ${p} ${CLI} ${files} --check --tol ${TOL} ${mode} TIMEOUT 120
+      RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0 OR NOT out MATCHES " ok\n" OR NOT err MATCHES "gattn: run: [^\n]* ranks=${p}\n")
+      message(FATAL_ERROR "-np ${p} ${mode}: exit status ${rc}\n${out}\n${err}")
+    endif()
+    string(STRIP "${out}" out)
+    message(STATUS "-np ${p} ${mode}: ${out}")
+  endforeach()
+endforeach()

@@ -1,0 +1,86 @@
+// `mpirun -np P gattn run ...`: the CLI's tensor-parallel part (SPEC §12). A run started by Open
+// MPI's launcher initialises MPI and shards the layer's heads over the P ranks; any other run is
+// one rank with the plain layer, exactly as before.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "gattn/attention/any_layer.hpp"
+#include "gattn/parallel/communicator.hpp"
+#include "gattn/parallel/tp_layer.hpp"
+
+namespace gattn::cli {
+
+/// This process's place in the run: MPI's world under mpirun (when built with gattn::mpi), else
+/// a group of one. One object, made first thing in main() and alive until it returns.
+class tp_group {
+ public:
+  tp_group(int* argc, char*** argv);
+  ~tp_group();
+  tp_group(const tp_group&) = delete;
+  tp_group& operator=(const tp_group&) = delete;
+
+  communicator& comm() { return *comm_; }
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  bool root() const { return rank() == 0; }
+  /// True when the run is under mpirun, even with -np 1 (the summary line then names the ranks).
+  bool mpi() const { return mpi_; }
+
+  /// Ends the run after a failure with `status`. A failure every rank meets before any
+  /// collective (a config no split fits) ends each rank normally; after one, a rank that fails
+  /// alone would leave the others waiting in the next collective, so it aborts the whole job.
+  void fail(int status);
+
+  /// The group made in main().
+  static tp_group& current();
+
+ private:
+  struct mpi_state;
+  std::unique_ptr<mpi_state> mpi_state_;
+  std::unique_ptr<communicator> comm_;
+  bool mpi_ = false;
+};
+
+/// The layer of a run: the plain layer on one rank, its rank's heads (tp_layer) on several.
+class run_layer {
+ public:
+  run_layer(const layer_config& cfg, const weight_map& w, tp_group& group) {
+    if (group.size() == 1) one_.emplace(cfg, w);
+    else tp_.emplace(cfg, w, group.comm());
+  }
+
+  index hidden() const { return tp_ ? tp_->hidden() : one_->hidden(); }
+  bool causal() const { return tp_ ? tp_->causal() : one_->causal(); }
+  kv_cache make_cache(index capacity) const { return tp_ ? tp_->make_cache(capacity) : one_->make_cache(capacity); }
+  void set_sdpa(sdpa_function f) { (tp_ ? tp_->local() : *one_).set_sdpa(f); }
+  void set_mla_form(mla_form f) { (tp_ ? tp_->local() : *one_).set_mla_form(f); }
+
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s) const {
+    if (!tp_) return one_->forward(x, y, s);
+    refuse_stats(s);
+    tp_->forward(x, y);
+  }
+  void prefill(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s) const {
+    if (!tp_) return one_->prefill(x, c, y, s);
+    refuse_stats(s);
+    tp_->prefill(x, c, y);
+  }
+  void decode(matrix_view<const float> x, kv_cache& c, matrix_view<float> y, statistics_observer* s) const {
+    if (!tp_) return one_->decode(x, c, y, s);
+    refuse_stats(s);
+    tp_->decode(x, c, y);
+  }
+
+ private:
+  // Every rank has the same options, so every rank refuses here, before any collective.
+  void refuse_stats(const statistics_observer* s) const {
+    detail::require<config_error>(s == nullptr, "--stats is not supported across ranks (ranks=", tp_->ranks(),
+                                  "): each rank sees only its own heads");
+  }
+  std::optional<any_layer> one_;
+  std::optional<tp_layer> tp_;
+};
+
+}  // namespace gattn::cli
