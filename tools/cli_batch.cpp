@@ -33,7 +33,7 @@ struct batch_caches {
   std::vector<paged_kv_cache::sequence_id> ids;
 };
 
-batch_caches make_caches(const any_layer& layer, const std::vector<index>& lengths, index block_size) {
+batch_caches make_caches(const run_layer& layer, const std::vector<index>& lengths, index block_size) {
   index blocks = 0;
   for (index L : lengths) blocks += (L + block_size - 1) / block_size;
   batch_caches c{layer.make_paged_cache(blocks, block_size), {}};
@@ -50,7 +50,7 @@ struct batch_call {
 
 }  // namespace
 
-std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
+std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vector<float>& x, index d,
                                           const std::vector<index>& lengths, index block_size) {
   const index B = index(lengths.size());
   batch_caches caches = make_caches(layer, lengths, block_size);

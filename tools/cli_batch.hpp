@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gattn/attention/any_layer.hpp"
+#include "cli_tp.hpp"
 
 namespace gattn::cli {
 
@@ -17,7 +18,7 @@ std::vector<index> parse_batch_lengths(const std::string& text);
 /// pool of `block_size`-token blocks (SPEC §11), one sequence each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
 /// batched decode steps of one token per sequence, each leaving the batch when done. Returns y_s
 /// [L_s, d] per sequence.
-std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vector<float>& x, index d,
+std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vector<float>& x, index d,
                                           const std::vector<index>& lengths, index block_size);
 
 /// Writes y.0 ... y.{B-1} (F32, [L_s, d]) to a safetensors file.

@@ -57,6 +57,15 @@ class run_layer {
   void set_sdpa(sdpa_function f) { (tp_ ? tp_->local() : *one_).set_sdpa(f); }
   void set_mla_form(mla_form f) { (tp_ ? tp_->local() : *one_).set_mla_form(f); }
 
+  paged_kv_cache make_paged_cache(index num_blocks, index block_size) const {
+    return tp_ ? tp_->make_paged_cache(num_blocks, block_size) : one_->make_paged_cache(num_blocks, block_size);
+  }
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
+            matrix_view<float> y, layer_workspace& ws) const {
+    if (tp_) tp_->step(x, cu_seqlens, batch, caches, y, ws);
+    else one_->step(x, cu_seqlens, batch, caches, y, ws);
+  }
+
   void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s) const {
     if (!tp_) return one_->forward(x, y, s);
     refuse_stats(s);

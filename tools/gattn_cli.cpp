@@ -310,8 +310,8 @@ batch_options parse_batch_options(const arguments& args) {
 }
 
 /// The batch mode of `run` (tools/cli_batch.cpp), once the layer and the input are loaded.
-int run_batch_command(const arguments& args, const batch_options& batch, const gattn::any_layer& layer,
-                      const std::vector<float>& x, gattn::index T, const std::vector<double>& y_ref) {
+int run_batch_command(const arguments& args, const batch_options& batch, const gattn::cli::run_layer& layer,
+                      const std::vector<float>& x, gattn::index T, const std::vector<double>& y_ref, int rank, int ranks) {
   for (gattn::index L : batch.lengths)
     if (L > T) throw usage_error("--batch-lengths: length " + std::to_string(L) + " is past the input's " + std::to_string(T) + " tokens");
   gattn::detail::require<gattn::cache_error>(layer.causal(), "--batch-lengths needs a causal layer (the config says causal=false)");
@@ -319,11 +319,13 @@ int run_batch_command(const arguments& args, const batch_options& batch, const g
   const auto start = run_clock::now();
   const auto y = gattn::cli::run_batch(layer, x, d, batch.lengths, batch.block_size);
   const double ms = milliseconds_since(start);
+  if (rank != 0) return 0;  // under mpirun, rank 0 writes and checks
   if (args.has("--output")) gattn::cli::write_batch_output(args.values.at("--output"), y, d, std::string("gattn ") + GATTN_VERSION);
   if (!args.flag("--quiet"))
-    std::fprintf(stderr, "gattn: run: batch=%zu tokens=%lld time=%.3fms arch=%s threads=%d\n", y.size(),
+    std::fprintf(stderr, "gattn: run: batch=%zu tokens=%lld time=%.3fms arch=%s threads=%d%s\n", y.size(),
                  static_cast<long long>(std::accumulate(batch.lengths.begin(), batch.lengths.end(), gattn::index(0))), ms,
-                 gattn::default_arch_name().c_str(), available_threads());
+                 gattn::default_arch_name().c_str(), available_threads(),
+                 ranks > 1 ? (" ranks=" + std::to_string(ranks)).c_str() : "");
   if (!args.flag("--check")) return 0;
   const double tolerance = args.positive_number("--tol", 1e-4);
   double worst = 0;
@@ -399,7 +401,7 @@ int run_command(int argc, char** argv) {
     throw usage_error("--decode-from " + std::to_string(decode_from) + " is past the input's " + std::to_string(T) +
                       " tokens");
   const std::vector<float> x = input.read_f32("x");
-  if (!batch.lengths.empty()) return run_batch_command(args, batch, layer, x, T, y_ref);
+  if (!batch.lengths.empty()) return run_batch_command(args, batch, layer, x, T, y_ref, group.root() ? 0 : 1, group.size());
   std::vector<float> y(std::size_t(T * d));
 
   gattn::statistics_observer observer;

@@ -35,6 +35,18 @@ class tp_layer {
   /// This rank's cache: its KV heads (GQA) or the whole latent (MLA), for `capacity` tokens.
   kv_cache make_cache(index capacity) const { return local_.make_cache(capacity); }
 
+  /// This rank's paged pool: its KV heads (GQA) or the whole latent (MLA).
+  paged_kv_cache make_paged_cache(index num_blocks, index block_size) const {
+    return local_.make_paged_cache(num_blocks, block_size);
+  }
+
+  /// A batch (SPEC §11) of this rank's heads, then one all-reduce of the N·d output rows.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
+            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
+    local_.step(x, cu_seqlens, batch, caches, y, ws, exec);
+    combine(x, y);
+  }
+
   void forward(matrix_view<const float> x, matrix_view<float> y) const {
     local_.forward(x, y);
     combine(x, y);
