@@ -612,6 +612,12 @@ int dispatch(int argc, char** argv) {
 }
 
 /// The run's exit status; every error is reported here, on this rank's stderr.
+/// One stderr line in one write, so that the lines of several ranks under mpirun never interleave.
+void say_line(const std::string& text) {
+  const std::string line = text + "\n";
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
 int run_main(int argc, char** argv) {
   try {
     const int status = dispatch(argc, argv);
@@ -624,19 +630,19 @@ int run_main(int argc, char** argv) {
     return status;
   } catch (const usage_error& e) {
     const std::string cmd = command_of(argc, argv);
-    std::cerr << "gattn: " << e.what() << " (see 'gattn " << (cmd.empty() ? "" : cmd + " ") << "--help')\n";
+    say_line("gattn: " + std::string(e.what()) + " (see 'gattn " + (cmd.empty() ? "" : cmd + " ") + "--help')");
     return 2;
   } catch (const run_failure& e) {
-    std::cerr << "gattn: error: " << e.what() << "\n";
+    say_line("gattn: error: " + std::string(e.what()));
     return 1;
   } catch (const gattn::error& e) {
-    std::cerr << "gattn: error: " << e.what() << "\n";
+    say_line("gattn: error: " + std::string(e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "gattn: error: out of memory\n";
     return 3;
   } catch (const std::exception& e) {
-    std::cerr << "gattn: internal error: " << e.what() << "\n";
+    say_line("gattn: internal error: " + std::string(e.what()));
     return 3;
   }
 }
@@ -648,7 +654,7 @@ int main(int argc, char** argv) {
   try {
     group = std::make_unique<gattn::cli::tp_group>(&argc, &argv);  // MPI only under mpirun (cli_tp.hpp)
   } catch (const std::exception& e) {
-    std::cerr << "gattn: error: " << e.what() << "\n";
+    say_line("gattn: error: " + std::string(e.what()));
     return 1;
   }
   const int status = run_main(argc, argv);

@@ -1,5 +1,6 @@
 # One mpi.* test (tests/parallel/mpi_tests.cmake): runs the gattn CLI under mpiexec.
-#   -DRANKS="2;4" -DTOL=R : for each P, prefill and --decode-from 3 must pass --check, and the
+#   -DRANKS="2;4" -DTOL=R : for each P, prefill, --decode-from 3 and a batch (--batch-lengths 1,2
+#                           through a paged cache of 1-token blocks) must pass --check, and the
 #                           summary line must say ranks=P
 #   -DREFUSE=P            : P ranks must all fail with a `gattn: error:` line, within seconds
 cmake_minimum_required(VERSION 3.19)
@@ -26,10 +27,10 @@ if(DEFINED REFUSE)
 endif()
 
 foreach(p IN LISTS RANKS)
-  foreach(mode "" "--decode-from;3")
+  foreach(mode "" "--decode-from;3" "--batch-lengths;1,2;--block-size;1")
     execute_process(COMMAND ${launch} -np ${p} ${CLI} ${files} --check --tol ${TOL} ${mode} TIMEOUT 120
       RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if(NOT rc EQUAL 0 OR NOT out MATCHES " ok\n" OR NOT err MATCHES "gattn: run: [^\n]* ranks=${p}\n")
+    if(NOT rc EQUAL 0 OR NOT out MATCHES " ok\n" OR out MATCHES "FAILED" OR NOT err MATCHES "gattn: run: [^\n]* ranks=${p}\n")
       message(FATAL_ERROR "-np ${p} ${mode}: exit status ${rc}\n${out}\n${err}")
     endif()
     string(STRIP "${out}" out)
