@@ -1,8 +1,9 @@
-// Batched decode (BENCH.md, SPEC §11): layer/BD<B>/g1_elementwise/t:<n>, B sequences of the L1 layer
+// Batched decode (BENCH.md, SPEC §11): layer/BD<B>/g1_elementwise[_bf16]/t:<n>, B sequences of the L1 layer
 // (Qwen3-Next full attention, fused_q elementwise gate) with one new token each, in one
 // gqa_layer::step. Contexts are spread over 512-4096 (the midpoints of B equal slices, so every B
-// has the same mean context, 2304); fp32 weights and caches. Counters: tokens_per_s and GFLOPS
-// (projections + attention, 2 per multiply-add).
+// has the same mean context, 2304); fp32 weights and caches, or (`_bf16`) bf16 weights used in
+// place and bf16 caches. Counters: tokens_per_s and GFLOPS (projections + attention, 2 per
+// multiply-add).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 #endif
 
 #include "gattn/attention/gqa_layer.hpp"
+#include "bench_weights.hpp"
 
 namespace {
 
@@ -60,13 +62,14 @@ gattn::weight_map l1_weights(const gattn::gqa_config& c) {
 
 index context_of(index s, index batch) { return 512 + (4096 - 512) * (2 * s + 1) / (2 * batch); }
 
-void bm_batched_decode(benchmark::State& st, index batch, int threads) {
+void bm_batched_decode(benchmark::State& st, index batch, int threads, gattn::storage_type storage) {
 #ifdef _OPENMP
   omp_set_num_threads(threads);  // Eigen's GEMM inside the projections still uses OpenMP's team
 #endif
   const gattn::execution_context exec = gattn::execution_context::with_threads(threads);
-  const auto cfg = l1_g1_elementwise();
-  const gattn::gqa_layer layer(cfg, l1_weights(cfg));
+  auto cfg = l1_g1_elementwise();
+  cfg.kv_cache_type = storage;  // weights and cache alike: f32, or bf16 as a real checkpoint serves
+  const gattn::gqa_layer layer(cfg, gattn_bench::stored_as(l1_weights(cfg), storage));
   const index d = cfg.hidden;
   std::vector<gattn::kv_cache> caches;
   caches.reserve(std::size_t(batch));
@@ -75,11 +78,7 @@ void bm_batched_decode(benchmark::State& st, index batch, int threads) {
     const index t = context_of(s, batch);
     caches.emplace_back(cfg, t + 1);
     const auto kv = normal(caches.back().key_width(), 1.0f, unsigned(7 + s));
-    for (index j = 0; j < t; ++j) {
-      std::copy(kv.begin(), kv.end(), caches.back().key(j));
-      std::copy(kv.begin(), kv.end(), caches.back().value(j));
-    }
-    caches.back().commit(t);
+    caches.back().append(kv.data(), 0, kv.data(), 0, t);  // stride 0: the same row t times
     attention_flops += 4.0 * double(t + 1) * double(cfg.head_dim) * double(cfg.q_heads);
   }
   std::vector<gattn::sequence_cache> handles(caches.begin(), caches.end());
@@ -104,9 +103,11 @@ void bm_batched_decode(benchmark::State& st, index batch, int threads) {
 
 int register_batched_decode() {
   for (int t : {1, 2})
+    for (const auto storage : {gattn::storage_type::f32, gattn::storage_type::bf16})
     for (index b : {index(1), index(8), index(32)})
-      benchmark::RegisterBenchmark(("layer/BD" + std::to_string(b) + "/g1_elementwise/t:" + std::to_string(t)).c_str(),
-                                   bm_batched_decode, b, t)
+      benchmark::RegisterBenchmark(("layer/BD" + std::to_string(b) + "/g1_elementwise" +
+                                    (storage == gattn::storage_type::bf16 ? "_bf16" : "") + "/t:" + std::to_string(t)).c_str(),
+                                   bm_batched_decode, b, t, storage)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
   return 0;

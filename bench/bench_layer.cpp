@@ -22,6 +22,7 @@
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/backend/backend.hpp"
 #include "gattn/simd/convert.hpp"
+#include "bench_weights.hpp"
 
 namespace {
 
@@ -68,18 +69,7 @@ gattn::weight_map qwen3_next_weights(const gattn::gqa_config& c) {
   return w;
 }
 
-/// `w` with every tensor rounded to `type` and held as views of buffers the returned map keeps alive
-/// (what io::load_weights gives for a bf16/f16 checkpoint).
-gattn::weight_map stored_as(const gattn::weight_map& w, gattn::storage_type type) {
-  if (type == gattn::storage_type::f32) return w;
-  gattn::weight_map out;
-  for (const auto& [name, v] : w.all()) {
-    auto bits = std::make_shared<std::vector<std::uint16_t>>();
-    for (float x : v.widened()) bits->push_back(type == gattn::storage_type::bf16 ? gattn::round_to_bf16(x) : gattn::round_to_f16(x));
-    out.set(name, gattn::weight_view(type, bits->data(), v.shape(), -1, bits));
-  }
-  return out;
-}
+using gattn_bench::stored_as;
 
 /// Projection + attention FLOPs of one call (2 per multiply-add; causal attention counts half).
 double gqa_flops(const gattn::gqa_config& c, index t_q, index t_k, index n_cols) {
