@@ -22,43 +22,9 @@ namespace {
 
 using gattn::index;
 
-std::vector<float> normal(index n, float scale, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& e : v) e = nd(g);
-  return v;
-}
-
-/// The L1 layer of BENCH.md with an elementwise fused_q gate (as bench_layer.cpp's L1).
-gattn::gqa_config l1_g1_elementwise() {
-  gattn::gqa_config c;
-  c.hidden = 2048;
-  c.q_heads = 16;
-  c.kv_heads = 2;
-  c.head_dim = 256;
-  c.qk_norm = gattn::norm_kind::rms_zero_centered;
-  c.partial_rotary_factor = 0.25;
-  c.rope.theta = 1e7;
-  c.rope.rotary_dim = 64;
-  c.gate.enabled = true;
-  c.gate.source = gattn::gate_source::fused_q;
-  c.gate.granularity = gattn::granularity::elementwise;
-  return c;
-}
-
-gattn::weight_map l1_weights(const gattn::gqa_config& c) {
-  const index d = c.hidden, D = c.head_dim;
-  gattn::weight_map w;
-  const float s = 1.0f / std::sqrt(float(d));
-  w.set("q_proj.weight", {c.q_heads * 2 * D, d}, normal(c.q_heads * 2 * D * d, s, 1));
-  w.set("k_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 2));
-  w.set("v_proj.weight", {c.kv_heads * D, d}, normal(c.kv_heads * D * d, s, 3));
-  w.set("o_proj.weight", {d, c.q_heads * D}, normal(d * c.q_heads * D, 1.0f / std::sqrt(float(c.q_heads * D)), 4));
-  w.set("q_norm.weight", {D}, normal(D, 0.1f, 5));
-  w.set("k_norm.weight", {D}, normal(D, 0.1f, 6));
-  return w;
-}
+using gattn_bench::l1_g1_elementwise;
+using gattn_bench::l1_weights;
+using gattn_bench::normal;
 
 index context_of(index s, index batch) { return 512 + (4096 - 512) * (2 * s + 1) / (2 * batch); }
 

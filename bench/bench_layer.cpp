@@ -28,13 +28,7 @@ namespace {
 
 using gattn::index;
 
-std::vector<float> normal(index n, float scale, unsigned seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& e : v) e = nd(g);
-  return v;
-}
+using gattn_bench::normal;
 
 /// Qwen3-Next full attention: d 2048, H_q 16, H_kv 2, D 256, partial RoPE 0.25, fused_q gate.
 gattn::gqa_config qwen3_next(const std::string& variant) {
