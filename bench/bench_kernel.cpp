@@ -17,6 +17,8 @@
 // g1_elementwise_bf16: caches stored as bf16/f16 (the fp32 values rounded), read through
 // sdpa_params::kv_type/k_bits/v_bits; decode GBps counts the 2-byte values actually read, and
 // twice as many caches rotate.
+// D1 (fp32, bf16) also runs with the decode prefetch forced on and off (`/prefetch:always|never`),
+// M1 fast with the bf16 dot products forced (`/dot:always|never`): core/cpu.hpp's vendor choices.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
@@ -25,6 +27,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #ifdef _OPENMP
@@ -32,6 +35,7 @@
 #endif
 
 #include "bench_shapes.hpp"
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
 
@@ -175,6 +179,15 @@ void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) 
   else st.counters["GFLOPS"] = benchmark::Counter(w / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// bm_kernel with a vendor-dependent kernel choice (core/cpu.hpp) forced one way: the evidence
+/// behind `automatic`. set(choice) for the run, back to automatic after.
+void bm_kernel_forced(benchmark::State& st, shape s, std::string variant, int threads, void (*set)(gattn::kernel_choice),
+                      gattn::kernel_choice choice) {
+  set(choice);
+  bm_kernel(st, s, std::move(variant), threads);
+  set(gattn::kernel_choice::automatic);
+}
+
 void bm_gemm(benchmark::State& st, int threads) {
   const index n = 4096;
   Eigen::setNbThreads(threads);
@@ -283,6 +296,20 @@ int register_all() {
                                    full.substr(full.find('/') + 1), t)
           ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
+  // The vendor-dependent choices forced each way (README: they measured opposite on AMD and Intel).
+  const std::pair<const char*, gattn::kernel_choice> choices[] = {{"always", gattn::kernel_choice::always},
+                                                                  {"never", gattn::kernel_choice::never}};
+  for (const char* name : {"D1/g1_elementwise", "D1/g1_elementwise_bf16", "M1/g1_elementwise_bf16_fast"})
+    for (const auto& [label, choice] : choices)
+      for (int t : {1, 2}) {
+        const std::string full(name);
+        const bool fast = full.find("_fast") != std::string::npos;
+        const shape& s = *gattn_bench::find_shape(full.substr(0, full.find('/')).c_str());
+        const std::string bm = "kernel/" + full + (fast ? "/dot:" : "/prefetch:") + label + "/t:" + std::to_string(t);
+        benchmark::RegisterBenchmark(bm.c_str(), bm_kernel_forced, s, full.substr(full.find('/') + 1), t,
+                                     fast ? &gattn::set_bf16_dot_products : &gattn::set_decode_prefetch, choice)
+            ->UseRealTime()->Unit(benchmark::kMillisecond);
+      }
   for (const shape& s : k_shapes)
     if (s.decode && !s.mla)
       for (int t : {1, 2}) {

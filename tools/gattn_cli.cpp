@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "gattn/backend/backend.hpp"
+#include "gattn/core/cpu.hpp"
+#include "gattn/simd/bf16_dot.hpp"
 #include "gattn/io.hpp"
 #include "cli_batch.hpp"
 #include "cli_tp.hpp"
@@ -548,11 +550,20 @@ std::string features_line() {
          (has.empty() ? std::string(" none") : has) + "\n";
 }
 
+/// The vendor-dependent kernel choices this process makes (core/cpu.hpp).
+std::string kernel_choices_line() {
+  const bool dots = gattn::simd::has_bf16_dot<gattn::default_arch> && gattn::bf16_dot_products_wanted();
+  return std::string("kernel choices (cpu vendor ") + gattn::cpu_vendor_name(gattn::this_cpu_vendor()) +
+         "): decode prefetch " + (gattn::decode_prefetch_wanted() ? "on" : "off") +
+         "; kv_numerics fast: bf16 dot products " +
+         (dots ? "on" : gattn::simd::has_bf16_dot<gattn::default_arch> ? "off" : "off (not in this build)") + "\n";
+}
+
 int info_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--weights"}, {});
   std::cout << "gattn " << GATTN_VERSION << "\n"
             << "simd arch: " << gattn::default_arch_name() << "\n"
-            << features_line()
+            << features_line() << kernel_choices_line()
 #ifdef _OPENMP
             << "threads: OpenMP, " << omp_get_max_threads() << " available\n";
 #else

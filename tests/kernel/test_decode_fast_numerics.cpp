@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <vector>
 
+#include "gattn/core/cpu.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 #include "gattn/simd/convert.hpp"
@@ -93,6 +95,16 @@ struct fast_case {
   }
 };
 
+// Forces a vendor-dependent kernel choice (core/cpu.hpp) for one scope: the tests below must see
+// the bf16 dot products whatever CPU they run on, and automatic turns them off on Intel.
+struct forced_choice {
+  void (*set)(gattn::kernel_choice);
+  forced_choice(void (*s)(gattn::kernel_choice), gattn::kernel_choice c) : set(s) { set(c); }
+  ~forced_choice() { set(gattn::kernel_choice::automatic); }
+  forced_choice(const forced_choice&) = delete;
+  forced_choice& operator=(const forced_choice&) = delete;
+};
+
 double max_abs(const std::vector<double>& a) {
   double m = 0;
   for (double x : a) m = std::max(m, std::fabs(x));
@@ -108,6 +120,7 @@ TEST(KernelDecodeFastNumerics, MatchesTheOracleToSpecToleranceOnEveryArch) {
   // d and d_v: multiples of 32, odd tails of the 32-channel steps, < 16 channels in the last step.
   for (auto [t_k, d, dv] : {std::tuple<index, index, index>{300, 72, 64}, {2100, 128, 128}, {77, 40, 50}, {33, 576, 512}}) {
     const fast_case fc(7, t_k, d, dv);
+    const forced_choice dots(&gattn::set_bf16_dot_products, gattn::kernel_choice::always);
     const std::vector<double> ref = fc.oracle(false);
     const double ymax = max_abs(ref);
     kernel_test::for_each_arch([&](auto arch) {
@@ -134,6 +147,7 @@ TEST(KernelDecodeFastNumerics, TakesTheBf16DotProductsWhereTheCpuHasThem) {
     GTEST_SKIP() << "no AVX512-BF16 in this build (" << gattn::arch_name<A>() << "): fast runs exact";
   } else {
     const fast_case fc(11, 300, 72, 64);
+    const forced_choice dots(&gattn::set_bf16_dot_products, gattn::kernel_choice::always);
     const std::vector<double> emu = fc.oracle(true), ref = fc.oracle(false);
     const double ymax = max_abs(ref);
     std::vector<float> fast(ref.size()), exact(ref.size());
@@ -156,6 +170,7 @@ TEST(KernelDecodeFastNumerics, HiddenKeysStayOutOfTheDotProducts) {
   std::vector<float> out(std::size_t(3 * fc.hq * fc.dv));
   std::vector<float> q3(std::size_t(3 * fc.hq * fc.d));
   for (std::size_t i = 0; i < q3.size(); ++i) q3[i] = fc.q[i % fc.q.size()];
+  const forced_choice dots(&gattn::set_bf16_dot_products, gattn::kernel_choice::always);
   for (index c = 0; c < fc.dv; ++c)
     for (index r = 0; r < fc.hkv; ++r) fc.v[std::size_t(((fc.t_k - 2) * fc.hkv + r) * fc.dv + c)] = 0x7FC0;  // NaN
   kernel_test::for_each_arch([&](auto arch) {
@@ -172,6 +187,44 @@ TEST(KernelDecodeFastNumerics, HiddenKeysStayOutOfTheDotProducts) {
         else EXPECT_TRUE(std::isnan(y)) << gattn::arch_name<A>() << " query " << i;
       }
   });
+}
+
+TEST(KernelDecodeFastNumerics, WithoutTheDotProductsFastIsExactBitForBit) {
+  // kernel_choice::never (automatic on Intel): fast numerics run the exact path, every bit.
+  const fast_case fc(13, 300, 72, 64);
+  const forced_choice dots(&gattn::set_bf16_dot_products, gattn::kernel_choice::never);
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    for (int th : {1, 2}) {
+      std::vector<float> fast(std::size_t(fc.hq * fc.dv)), exact(fast.size());
+      auto pf = fc.params(fast.data(), gattn::kv_numerics::fast), pe = fc.params(exact.data(), gattn::kv_numerics::exact);
+      pf.threads = pe.threads = th;
+      gattn::fused_sdpa<A>(pf);
+      gattn::fused_sdpa<A>(pe);
+      EXPECT_EQ(0, std::memcmp(fast.data(), exact.data(), fast.size() * sizeof(float)))
+          << gattn::arch_name<A>() << " threads=" << th;
+    }
+  });
+}
+
+TEST(KernelDecodePrefetch, OnAndOffGiveTheSameBits) {
+  // The software prefetch (automatic: not on Intel) is a hint: the output cannot depend on it.
+  for (auto numerics : {gattn::kv_numerics::exact, gattn::kv_numerics::fast}) {
+    const fast_case fc(17, 2100, 128, 128);
+    kernel_test::for_each_arch([&](auto arch) {
+      using A = decltype(arch);
+      std::vector<float> on(std::size_t(fc.hq * fc.dv)), off(on.size());
+      {
+        const forced_choice pf(&gattn::set_decode_prefetch, gattn::kernel_choice::always);
+        gattn::fused_sdpa<A>(fc.params(on.data(), numerics));
+      }
+      {
+        const forced_choice pf(&gattn::set_decode_prefetch, gattn::kernel_choice::never);
+        gattn::fused_sdpa<A>(fc.params(off.data(), numerics));
+      }
+      EXPECT_EQ(0, std::memcmp(on.data(), off.data(), on.size() * sizeof(float))) << gattn::arch_name<A>();
+    });
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
@@ -45,7 +46,9 @@ namespace detail {
 // 16 KiB (K then V). Register blocking needs such interleaving (O stays in registers only while
 // a head's slice of several tokens is read), so both loops walk a software prefetch through the
 // K and V slices in address order, one key block ahead, a share per call (cache_stream): D1 went
-// from about 5 ms to about 3.5 ms at one thread. Reading strictly in address order instead
+// from about 5 ms to about 3.5 ms at one thread (AMD Zen 5). On Intel Emerald Rapids the same
+// prefetch cost time (D1 fp32 4.3-4.9 ms with it, 3.2-3.4 without: its prefetchers already keep
+// the rate), so it runs where it paid (core/cpu.hpp, decode_prefetch_wanted). Reading strictly in address order instead
 // (scores token by token, P·V with O in L1) was slower: O's loads and stores made P·V
 // compute-bound (1.9 ms for V alone, hot). M1 does 15 flop per cache byte: in fp32 it is bounded
 // by the FMA rate (limits/fma), not by the read bandwidth.
@@ -62,6 +65,7 @@ struct decode_plan {
   index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
   bool bf16_dot = false;  // SPEC §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
+  bool prefetch = true;   // software prefetch through K/V (core/cpu.hpp: not on Intel)
   std::size_t scratch_floats = 0;
   std::size_t scratch_bits = 0;  // bf16 scratch (bf16_dot): scale·q and the block's probabilities
 };
@@ -86,6 +90,7 @@ inline decode_plan make_decode_plan(const sdpa_params& p, int threads) {
   pl.rows_per_head = pl.group * p.t_q;
   pl.rows_total = p.kv_heads * pl.rows_per_head;
   pl.bf16_dot = decode_uses_bf16_dot<Arch>(p);
+  pl.prefetch = decode_prefetch_wanted();
   pl.ldq = round_up(p.d_qk, pl.bf16_dot ? 32 : 16);   // bf16 dot products take 32 channels at a time
   pl.dv_pad = round_up(p.d_v, pl.bf16_dot ? 32 : W);
   pl.pack_v = !pl.bf16_dot && (p.d_v % W) != 0;
@@ -352,7 +357,7 @@ inline void decode_pv(const sdpa_params& p, const decode_plan& pl, const decode_
 }
 
 /// One decode task: every row of every KV head over keys [k_begin, k_end), key block by key block,
-/// with a software prefetch walking the K and V slices in address order one block ahead. Leaves
+/// with a software prefetch (where it pays) walking the K and V slices in address order one block ahead. Leaves
 /// the unnormalised O, m and l of all rows in the scratch.
 template <class Arch, storage_type S, bool Dot = false>
 inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
@@ -360,10 +365,12 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
   decode_begin<Arch>(p, pl, sc);
   const cache_stream k_stream = cache_stream(stored_k<S>(p), p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk,
                                              k_end, decode_prefetch_bytes)
-                                    .with_blocks(p.block_table, p.block_size, p.k_block_stride);
+                                    .with_blocks(p.block_table, p.block_size, p.k_block_stride)
+                                    .enabled(pl.prefetch);
   const cache_stream v_stream = cache_stream(stored_v<S>(p), p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v,
                                              k_end, decode_prefetch_bytes)
-                                    .with_blocks(p.block_table, p.block_size, p.v_block_stride);
+                                    .with_blocks(p.block_table, p.block_size, p.v_block_stride)
+                                    .enabled(pl.prefetch);
   const bool v_in_k = v_inside_k<S>(p);
   for (index j0 = k_begin; j0 < k_end; j0 += pl.bc) {
     const index nk = std::min(pl.bc, k_end - j0);

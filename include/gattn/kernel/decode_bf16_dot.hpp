@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/bf16_dot.hpp"
@@ -15,10 +16,12 @@ namespace gattn {
 namespace detail {
 
 /// True when the decode path reads p's cache with bf16 dot products on Arch: a bf16 cache with
-/// `fast` numerics where the instruction exists (elsewhere `fast` runs the exact path).
+/// `fast` numerics where the instruction exists and pays (core/cpu.hpp); elsewhere `fast` runs
+/// the exact path.
 template <class Arch>
 inline bool decode_uses_bf16_dot(const sdpa_params& p) {
-  return simd::has_bf16_dot<Arch> && p.kv_type == storage_type::bf16 && p.numerics == kv_numerics::fast;
+  return simd::has_bf16_dot<Arch> && p.kv_type == storage_type::bf16 && p.numerics == kv_numerics::fast &&
+         bf16_dot_products_wanted();
 }
 
 /// The calling thread's bf16 scratch (scale·q, then one block of probabilities per row); it only

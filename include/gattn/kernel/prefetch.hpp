@@ -66,6 +66,12 @@ struct cache_stream {
     if (c.heads_outer) c.tokens = 0;
     return c;
   }
+  /// This stream, or (on = false) one that prefetches nothing.
+  cache_stream enabled(bool on) const {
+    cache_stream c = *this;
+    if (!on) c.tokens = 0;
+    return c;
+  }
   const char* token_address(index t) const {
     if (table == nullptr) return base + t * token_bytes;
     return base + index(table[t / block_size]) * block_bytes + (t % block_size) * token_bytes;

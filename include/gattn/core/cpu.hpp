@@ -1,0 +1,69 @@
+// The CPU's vendor, and the process-wide kernel choices that depend on it.
+//
+// Two decode-path choices measured opposite on the two x86 machines gattn is benchmarked on
+// (README, Performance): the software prefetch through the K/V cache (kernel/prefetch.hpp) and
+// the bf16 dot products of SPEC §10's fast numerics (simd/bf16_dot.hpp). On AMD Zen 5 both paid;
+// on Intel Emerald Rapids both cost time (the hardware prefetchers already keep the read rate,
+// and vdpbf16ps issues at a quarter of the FMA rate). `automatic` takes each where it paid;
+// `always` / `never` override it for the whole process (benchmarks and tests use them).
+#pragma once
+
+#include <atomic>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace gattn {
+
+enum class cpu_vendor { amd, intel, other };
+
+/// The vendor of the CPU this process runs on (cpuid leaf 0; `other` off x86). Read once.
+inline cpu_vendor this_cpu_vendor() {
+  static const cpu_vendor vendor = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d) == 0) return cpu_vendor::other;
+    char name[13] = {};
+    std::memcpy(name, &b, 4);
+    std::memcpy(name + 4, &d, 4);
+    std::memcpy(name + 8, &c, 4);
+    if (std::strcmp(name, "AuthenticAMD") == 0) return cpu_vendor::amd;
+    if (std::strcmp(name, "GenuineIntel") == 0) return cpu_vendor::intel;
+#endif
+    return cpu_vendor::other;
+  }();
+  return vendor;
+}
+
+inline const char* cpu_vendor_name(cpu_vendor v) {
+  return v == cpu_vendor::amd ? "amd" : v == cpu_vendor::intel ? "intel" : "other";
+}
+
+/// How a vendor-dependent kernel choice is made.
+enum class kernel_choice { automatic, always, never };
+
+namespace detail {
+inline std::atomic<kernel_choice> decode_prefetch_choice{kernel_choice::automatic};
+inline std::atomic<kernel_choice> bf16_dot_choice{kernel_choice::automatic};
+inline bool resolve(kernel_choice c, bool automatic) {
+  return c == kernel_choice::always || (c == kernel_choice::automatic && automatic);
+}
+}  // namespace detail
+
+/// The decode path's software prefetch through the K/V cache. Automatic: everywhere but Intel.
+inline void set_decode_prefetch(kernel_choice c) { detail::decode_prefetch_choice.store(c); }
+inline bool decode_prefetch_wanted() {
+  return detail::resolve(detail::decode_prefetch_choice.load(std::memory_order_relaxed),
+                         this_cpu_vendor() != cpu_vendor::intel);
+}
+
+/// bf16 dot products for `fast` numerics, where the arch has them. Automatic: on AMD only (on
+/// archs without them `fast` runs `exact` whatever this says).
+inline void set_bf16_dot_products(kernel_choice c) { detail::bf16_dot_choice.store(c); }
+inline bool bf16_dot_products_wanted() {
+  return detail::resolve(detail::bf16_dot_choice.load(std::memory_order_relaxed), this_cpu_vendor() == cpu_vendor::amd);
+}
+
+}  // namespace gattn
