@@ -145,6 +145,7 @@ TEST(Cli, InfoNamesArchAndTensors) {
   const auto r = run_cli("info --weights '" + test::data_path("gqa_plain.safetensors") + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("simd arch:"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("kernel choices \\(cpu vendor (amd|intel|other)\\): decode prefetch (on|off)"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("k_proj.weight  F32  [32, 64]"));
 }
 
