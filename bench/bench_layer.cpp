@@ -201,10 +201,10 @@ int register_layers() {
       benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
                                    index(1), t)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
-    // The same projection for N rows (batched decode): the small GEMM up to
-    // linear_map::small_gemm_rows, Eigen panels beyond (n:256 shows the crossover).
+    // The same projection for N rows (batched decode): the GEMV at n:1, the small GEMM up to
+    // linear_map::small_gemm_rows, Eigen panels beyond (n:128 and n:256 show the crossover).
     for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
-      for (index n : {index(8), index(32), index(128), index(256)})
+      for (index n : {index(1), index(8), index(32), index(64), index(128), index(256)})
         benchmark::RegisterBenchmark(("proj/gemm/" + std::string(gattn::to_string(type)) + "/n:" + std::to_string(n) + ts).c_str(),
                                      bm_projection, type, n, t)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();

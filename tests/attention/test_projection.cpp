@@ -1,9 +1,12 @@
 // linear_map over typed weight views: GEMV (rows <= 2), the small GEMM (rows 3..small_gemm_rows)
 // and the Eigen panels beyond, f32/bf16/f16, several segments, row strides (column-sliced views),
 // odd sizes, every thread context; against a double-precision product of the widened weights. The
-// GEMV and small-GEMM inner loops run on every arch of the binary.
+// GEMV and small-GEMM inner loops run on every arch of the binary; the small GEMM gives every row of
+// a batch the bits of that row alone (through the small GEMM: the GEMV of 1-2 rows sums in another
+// order), whatever the block shape, pass split, thread count or mix of dtypes.
 #include <cmath>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -146,7 +149,7 @@ TEST(Projection, EveryThreadContextGivesTheSameBits) {
   };
   const stored_weight w(storage_type::bf16, 700, 300, 0, 21);  // 420 KB: large enough to go parallel
   const linear_map m(w.view(), nullptr);
-  for (index rows : {index(1), index(2), index(6), index(linear_map::small_gemm_rows(storage_type::bf16) + 3)}) {
+  for (index rows : {index(1), index(2), index(6), index(33), index(linear_map::small_gemm_rows(storage_type::bf16) + 3)}) {
     const auto x = random_vector(std::size_t(rows * 300), 22);
     std::vector<float> a(std::size_t(rows * 700)), b(a.size()), c(a.size());
     m.apply(x.data(), rows, 300, a.data(), 700, execution_context::serial());
@@ -154,6 +157,46 @@ TEST(Projection, EveryThreadContextGivesTheSameBits) {
     m.apply(x.data(), rows, 300, c.data(), 700, execution_context::custom(&pool::run, nullptr, 3));
     EXPECT_EQ(a, b);
     EXPECT_EQ(a, c);
+  }
+  // the small GEMM of every dtype, with an input longer than one pass (4096 values) and a tail
+  for (storage_type type : all_types) {
+    const index in = 4096 + 45;
+    const stored_weight big(type, 131, in, 0, 23);  // >= 256 KB: parallel
+    const linear_map mb(big.view(), nullptr);
+    const index rows = linear_map::small_gemm_rows(type) - 1;
+    const auto x = random_vector(std::size_t(rows * in), 24);
+    std::vector<float> a(std::size_t(rows * 131)), b(a.size());
+    mb.apply(x.data(), rows, in, a.data(), 131, execution_context::serial());
+    mb.apply(x.data(), rows, in, b.data(), 131, execution_context::with_threads(2));
+    EXPECT_EQ(a, b) << to_string(type);
+  }
+}
+
+TEST(Projection, MixedDtypesShareOnePackedXAndGiveEachDtypesBits) {
+  // One map over f32, bf16 and f16 slices (the small GEMM packs x once per call, in each order its
+  // dtypes need): every output equals, bit for bit, the same slice in a map of its own.
+  const index in = 301;
+  const stored_weight a(storage_type::f32, 40, in, 3, 41), b(storage_type::bf16, 29, in, 0, 42),
+      c(storage_type::f16, 17, in, 1, 43);
+  const std::vector<weight_segment> segs = {
+      {a.view(), 2, 30, nullptr}, {b.view(), 0, -1, nullptr}, {c.view(), 0, -1, nullptr}, {a.view(), 0, 2, nullptr}};
+  const linear_map mixed(segs);
+  EXPECT_EQ(mixed.out(), 30 + 29 + 17 + 2);
+  for (index rows = 3; rows <= linear_map::small_gemm_rows(storage_type::f32); ++rows) {
+    const auto x = random_vector(std::size_t(rows * in), unsigned(44 + rows));
+    std::vector<float> y(std::size_t(rows * mixed.out()));
+    mixed.apply(x.data(), rows, in, y.data(), mixed.out(), execution_context::with_threads(2));
+    index o = 0;
+    for (const weight_segment& s : segs) {
+      const linear_map alone(std::vector<weight_segment>{s});
+      std::vector<float> z(std::size_t(rows * alone.out()));
+      alone.apply(x.data(), rows, in, z.data(), alone.out(), execution_context::serial());
+      for (index t = 0; t < rows; ++t)
+        for (index c2 = 0; c2 < alone.out(); ++c2)
+          ASSERT_EQ(y[std::size_t(t * mixed.out() + o + c2)], z[std::size_t(t * alone.out() + c2)])
+              << to_string(s.weight.type()) << " rows " << rows << " row " << t << " out " << o + c2;
+      o += alone.out();
+    }
   }
 }
 
@@ -194,7 +237,7 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
   kernel_test::for_each_arch([](auto arch) {
     using A = decltype(arch);
     for (storage_type type : all_types)
-      for (index in : {index(1), index(7), index(33), index(257)})
+      for (index in : {index(1), index(7), index(33), index(257), index(4096 + 37)})
         for (index rows : {index(1), index(3), index(4), index(5), index(9)}) {
           const index count = 11, x_stride = in + 3, y_stride = count + 2;
           const stored_weight w(type, count, in, 2, unsigned(in + rows));
@@ -217,6 +260,46 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
             for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
           }
         }
+  });
+}
+
+TEST(ProjectionRows, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
+  // Bit for bit: the summation order of a (weight row, x row) pair never depends on the block
+  // shape (6 x 4 on AVX-512, 3 x 3 elsewhere, and every remainder), the number of x rows, the
+  // x-row chunks of gemm_max_x_rows, or the passes of gemm_pass values.
+  // SSE4.2 has no FMA instruction: xsimd's fma is a·b + c there, which GCC contracts into an FMA
+  // at some call sites and not others when the binary targets an FMA machine (this test binary; a
+  // real SSE4.2 build cannot contract), so its bits may depend on the block shape.
+  kernel_test::for_each_arch([](auto arch) {
+    using A = decltype(arch);
+    if (std::is_same<A, xsimd::sse4_2>::value) return;
+    for (storage_type type : all_types)
+      for (index in : {index(5), index(45), index(2 * detail::gemm_pass + 37)})
+        for (index count : {index(1), index(5), index(7), index(13)})
+          for (index rows : {index(2), index(5), index(7), index(11), index(detail::gemm_max_x_rows + 3)}) {
+            if (in > 1000 && rows > 11 && !std::is_same<A, default_arch>::value) continue;  // keeps it quick
+            const index x_stride = in + 1, y_stride = count + 1, stride = (in + 2) * storage_bytes(type);
+            const stored_weight w(type, count, in, 2, unsigned(in + count + rows));
+            const auto x = random_vector(std::size_t(rows * x_stride), unsigned(rows));
+            std::vector<float> y(std::size_t(rows * y_stride), -99.0f), one(static_cast<std::size_t>(count));
+            detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data(), x_stride, rows, in, y.data(), y_stride);
+            for (index n = 0; n < rows; ++n) {
+              detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data() + n * x_stride, x_stride, 1, in,
+                                   one.data(), count);
+              for (index r = 0; r < count; ++r)
+                ASSERT_EQ(y[std::size_t(n * y_stride + r)], one[std::size_t(r)])
+                    << A::name() << " " << to_string(type) << " in " << in << " count " << count << " rows " << rows
+                    << " x row " << n << " weight row " << r;
+              ASSERT_EQ(y[std::size_t(n * y_stride + count)], -99.0f) << "wrote past count";
+            }
+            // and row by row in the other direction: each weight row alone gives the same bits
+            for (index r = 0; r < count; r += 3) {
+              std::vector<float> col(static_cast<std::size_t>(rows));
+              detail::gemm_rows<A>(type, static_cast<const unsigned char*>(w.view().data()) + r * stride, stride, 1,
+                                   x.data(), x_stride, rows, in, col.data(), 1);
+              for (index n = 0; n < rows; ++n) ASSERT_EQ(col[std::size_t(n)], y[std::size_t(n * y_stride + r)]);
+            }
+          }
   });
 }
 

@@ -172,6 +172,27 @@ TEST(SimdConvert, WidensEveryPatternOnEveryArch) {
   });
 }
 
+TEST(SimdConvert, WidensEvenAndOddBf16OfEveryPatternOnEveryArch) {
+  // load_bf16_even/odd (the small GEMM's shift/mask widening): lane i is p[2i] / p[2i + 1], bit for
+  // bit the reference, over every pattern and from every offset (no alignment assumed).
+  std::vector<std::uint16_t> all(65536 + 64);
+  for (std::size_t h = 0; h < all.size(); ++h) all[h] = std::uint16_t(h * 40503u);  // odd multiplier: every pattern
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    const index W = index(gattn::simd::width<A>);
+    alignas(64) float even[64], odd[64];
+    for (index off = 0; off < 3; ++off)
+      for (index p = off; p + 2 * W <= index(all.size()); p += 2 * W) {
+        gattn::simd::store(even, gattn::simd::load_bf16_even<A>(all.data() + p));
+        gattn::simd::store(odd, gattn::simd::load_bf16_odd<A>(all.data() + p));
+        for (index l = 0; l < W; ++l) {
+          ASSERT_TRUE(same_bits(even[l], gattn::bf16_to_float(all[std::size_t(p + 2 * l)]))) << gattn::arch_name<A>() << " at " << p;
+          ASSERT_TRUE(same_bits(odd[l], gattn::bf16_to_float(all[std::size_t(p + 2 * l + 1)]))) << gattn::arch_name<A>() << " at " << p;
+        }
+      }
+  });
+}
+
 TEST(SimdConvert, RoundsLikeTheReferenceOnEveryArch) {
   const std::vector<float> in = edge_and_random_floats();
   kernel_test::for_each_arch([&](auto arch) {

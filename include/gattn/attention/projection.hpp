@@ -38,13 +38,13 @@ class linear_map {
  public:
   /// Up to this many rows go through the GEMV path instead of a GEMM.
   static constexpr index gemv_rows = 2;
-  /// Up to this many rows go through the register-blocked small GEMM (detail::gemm_rows, stored
-  /// dtype, no packing); more go to Eigen panels, whose packing pays off once x has enough rows.
-  /// Crossover measured on the L1 fused projection (9216 x 2048, t:1, AVX-512): f32 weights win
-  /// 1.9x at 8 rows and lose at 32 (32 vs 44 GFLOPS); bf16/f16 win 2x at 8, tie or win at 32, lose
-  /// at 128. A map mixing dtypes takes the smallest limit.
+  /// Up to this many rows go through the register-blocked small GEMM (detail::gemm_packed, weights
+  /// in their stored dtype, x packed once per call); more go to Eigen panels (bf16/f16 widened into
+  /// fp32 first), whose packing pays off once x has enough rows. Measured on the L1 fused projection
+  /// (9216 x 2048, t:1, AVX-512): see bench proj/gemm/... A map mixing dtypes takes the smallest
+  /// limit.
   static constexpr index small_gemm_rows_f32 = 16;
-  static constexpr index small_gemm_rows_16bit = 32;
+  static constexpr index small_gemm_rows_16bit = 64;
   static constexpr index small_gemm_rows(storage_type t) {
     return t == storage_type::f32 ? small_gemm_rows_f32 : small_gemm_rows_16bit;
   }
@@ -81,11 +81,25 @@ class linear_map {
     if (rows <= gemv_rows)
       team.parallel_for(index(gemv_tiles_.size()),
                         [&](index i) { gemv_tile(gemv_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
-    else if (rows <= small_gemm_limit_)
+    else if (rows <= small_gemm_limit_) {
+      // x packed once per call on this thread, shared read-only by every tile: one buffer per
+      // packing order the map's dtypes need (f32 and f16 share the natural order; bf16 pairs).
+      thread_local std::vector<float> buffer;
+      const index per_order = rows * detail::gemm_packed_stride(in_);
+      float* p = detail::gemm_thread_buffer(buffer, per_order * (index(has_natural_) + index(has_pairs_)));
+      const float* packed[2] = {nullptr, nullptr};  // by detail::gemm_x_order
+      for (detail::gemm_x_order o : {detail::gemm_x_order::natural, detail::gemm_x_order::pairs}) {
+        if (!(o == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_)) continue;
+        detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
+        packed[int(o)] = p;
+        p += per_order;
+      }
       team.parallel_for(index(gemv_tiles_.size()), [&](index i) {
-        small_gemm_tile(gemv_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride);
+        const tile& t = gemv_tiles_[std::size_t(i)];
+        const storage_type type = parts_[std::size_t(t.part_index)].w.type();
+        small_gemm_tile(t, packed[int(detail::gemm_order_for(type))], rows, y, y_stride);
       });
-    else
+    } else
       team.parallel_for(index(gemm_tiles_.size()),
                         [&](index i) { gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
   }
@@ -104,6 +118,7 @@ class linear_map {
   std::vector<float> bias_;  // empty: no bias
   index in_ = 0, out_ = 0;
   index small_gemm_limit_ = small_gemm_rows_16bit;
+  bool has_natural_ = false, has_pairs_ = false;  // packing orders of the small GEMM that the parts need
   execution_context serial_ = execution_context::serial();
 
   void add(const weight_segment& s) {
@@ -125,6 +140,7 @@ class linear_map {
     const index part_index = index(parts_.size());
     parts_.push_back({rows, out_});
     small_gemm_limit_ = std::min(small_gemm_limit_, small_gemm_rows(w.type()));
+    (detail::gemm_order_for(w.type()) == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_) = true;
     for (index r = 0; r < count; r += gemv_tile_rows)
       gemv_tiles_.push_back({part_index, r, std::min(gemv_tile_rows, count - r)});
     for (index r = 0; r < count; r += gemm_panel_rows)
@@ -151,10 +167,11 @@ class linear_map {
     add_bias(t, rows, y, y_stride);
   }
 
-  void small_gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
+  /// xp: x packed by detail::gemm_pack_x in the order of this tile's dtype.
+  void small_gemm_tile(const tile& t, const float* xp, index rows, float* y, index y_stride) const {
     const weight_view& w = parts_[std::size_t(t.part_index)].w;
-    detail::gemm_rows<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, x,
-                                    x_stride, rows, in_, y + tile_out(t), y_stride);
+    detail::gemm_packed<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, xp,
+                                      rows, in_, y + tile_out(t), y_stride);
     add_bias(t, rows, y, y_stride);
   }
 

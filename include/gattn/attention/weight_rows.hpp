@@ -1,14 +1,18 @@
 // Inner loops of the projections over weight rows in their stored dtype (f32, bf16, f16), with
 // fp32 accumulation: the decode GEMV (y = W·x over a block of rows), the register-blocked GEMM for a
-// few rows of x (batched decode), and the widening of a panel of rows into fp32 for a large GEMM.
+// few rows of x (batched decode, x packed once per call), and the widening of a panel of rows into
+// fp32 for a large GEMM.
 // Templates on Arch so tests can run every ISA of the binary.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
+#include "gattn/kernel/prefetch.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
@@ -91,75 +95,213 @@ void gemv_rows(storage_type t, const void* w, index stride, index count, const f
   }
 }
 
-/// One block of the small-N GEMM: y[n, r] = Σ_k W[r, k] · x[n, k] for R weight rows × N x rows.
-/// Every (r, n) pair has its own vector accumulator along k, reduced once at the end: each weight
-/// load is shared by N rows of x and each x load by R weight rows, and the summation order of a
-/// pair does not depend on the block shape (so tiling never changes a bit).
+// ---- the small GEMM (batched decode: 3 to ~64 rows of x) ----------------------------------------
+//
+// y[n, r] = Σ_k W[r, k] · x[n, k] for a few rows of x, reading W in its stored dtype. Structure:
+//   - blocks of gemm_w_rows weight rows × gemm_x_rows x rows; every (weight row, x row) pair has its
+//     own vector accumulator, so each weight vector is used by every x row of the block and each x
+//     vector by every weight row, from registers;
+//   - k runs in steps of one 64-byte line per weight row on AVX-512 (f32: 16 values, bf16/f16: 32
+//     values in two halves) and in passes of gemm_pass values: a weight block and the pass's x rows
+//     stay in L1/L2 while every x group passes over them; between passes the accumulators are
+//     stored unreduced to a small scratch and reloaded, so passes never change a bit;
+//   - x is packed once per call (gemm_pack_x) with a row stride of an odd number of cache lines (no
+//     4K aliasing between the rows of a block). For bf16 weights each step of 2·L values is packed
+//     as its L even-indexed values then its L odd-indexed ones: one load of 32-bit lanes of
+//     weights gives both halves by a shift and a mask (simd::load_bf16_even/odd), no shuffle;
+//   - the next weight block is prefetched into L2 while the first x group runs.
+// Summation order of a pair (the same for every block shape, row count, pass split and thread
+// count, so tiling never changes a bit): lane j of the accumulator sums the products whose position
+// in the packed step is j, step after step (halves in order); then simd::hadd of the lanes; then
+// the tail k >= body (in % step values) in order, in scalar fp32. The GEMV (1-2 rows, gemv_rows)
+// sums in another order: its results may differ from these in the last bits.
+
+/// How x is packed for the small GEMM: `natural` (f32 and f16 weights) keeps k order; `pairs`
+/// (bf16 weights) stores each step of 2·L values as the even-indexed values, then the odd ones.
+enum class gemm_x_order { natural, pairs };
+
+inline constexpr gemm_x_order gemm_order_for(storage_type t) noexcept {
+  return t == storage_type::bf16 ? gemm_x_order::pairs : gemm_x_order::natural;
+}
+
+/// Register block: weight rows × x rows. 32 vector registers (AVX-512): 6 × 4 = 24 accumulators,
+/// 4 x vectors, a weight vector and its widened form; 16 (AVX2, SSE) and the others: 3 × 3.
+template <class Arch>
+inline constexpr int gemm_w_rows = simd::width<Arch> >= 16 ? 6 : 3;
+template <class Arch>
+inline constexpr int gemm_x_rows = simd::width<Arch> >= 16 ? 4 : 3;
+/// Values of k per pass (passes of 512 measured slower on AVX-512).
+inline constexpr index gemm_pass = 4096;
+/// x rows whose accumulators one call of gemm_packed keeps per weight block (more go in chunks).
+inline constexpr index gemm_max_x_rows = 64;
+
+/// Values of k per step: one vector of f32 weights, two vectors (halves) of bf16/f16 ones.
+template <class Arch, storage_type S>
+inline constexpr index gemm_step = index(simd::width<Arch>) * (S == storage_type::f32 ? 1 : 2);
+
+/// Floats between packed rows of x: `in` rounded up to whole 64-byte lines, an odd number of them.
+inline index gemm_packed_stride(index in) noexcept {
+  index lines = (in + 15) / 16;
+  if (lines % 2 == 0) ++lines;
+  return lines * 16;
+}
+
+/// Packs `rows` rows of x ([rows, in], row stride x_stride) into xp (64-byte aligned, row stride
+/// gemm_packed_stride(in)) in `order` for Arch. The tail after the last whole step of 2·L values
+/// stays in k order (for f32 weights, whose step is L, natural order is the same thing).
+template <class Arch>
+void gemm_pack_x(gemm_x_order order, const float* x, index x_stride, index rows, index in, float* xp) noexcept {
+  constexpr index L = index(simd::width<Arch>);
+  const index ps = gemm_packed_stride(in);
+  for (index n = 0; n < rows; ++n) {
+    const float* src = x + n * x_stride;
+    float* dst = xp + n * ps;
+    index k = 0;
+    if (order == gemm_x_order::pairs)
+      for (; k + 2 * L <= in; k += 2 * L)
+        for (index i = 0; i < L; ++i) {
+          dst[k + i] = src[k + 2 * i];
+          dst[k + L + i] = src[k + 2 * i + 1];
+        }
+    for (; k < in; ++k) dst[k] = src[k];
+  }
+}
+
+/// One call of a register block: steps [k0, k1) of R weight rows and N packed x rows.
+struct gemm_block_args {
+  const unsigned char* w;        // weight row 0 of the block (rows `stride` bytes apart)
+  index stride;
+  const float* x;                // packed x row 0 of the block
+  index x_stride;
+  index k0, k1;                  // multiples of the step, k1 <= the body
+  float* acc;                    // accumulator (i, j) at acc + i·acc_stride + j·L, unreduced
+  index acc_stride;
+  bool first;                    // start from 0 instead of acc
+  const unsigned char* prefetch; // the next block's weight row 0 (nullptr: none)
+  index prefetch_rows;
+};
+
+/// Half h of the weights of one step at p, widened to fp32.
+template <class Arch, storage_type S>
+inline simd::batch<float, Arch> gemm_weights(const unsigned char* p, int h) noexcept {
+  const auto* q = reinterpret_cast<const std::uint16_t*>(p);
+  if constexpr (S == storage_type::f32) return simd::load_reg<Arch>(reinterpret_cast<const float*>(p));
+  else if constexpr (S == storage_type::bf16) return h == 0 ? simd::load_bf16_even<Arch>(q) : simd::load_bf16_odd<Arch>(q);
+  else return simd::load_f16<Arch>(q + h * index(simd::width<Arch>));
+}
+
 template <class Arch, storage_type S, int R, int N>
-void gemm_block(const unsigned char* w, index stride, const float* x, index x_stride, index in, float* y,
-                index y_stride) noexcept {
+void gemm_block(const gemm_block_args& a) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
-  const index body = in - in % L;
+  constexpr int H = S == storage_type::f32 ? 1 : 2;
+  constexpr index step = gemm_step<Arch, S>;
   B acc[R][N];
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < N; ++j) acc[i][j] = B(0.0f);
-  for (index k = 0; k < body; k += L) {
-    B xv[N];
-    for (int j = 0; j < N; ++j) xv[j] = simd::load<Arch>(x + j * x_stride + k);
-    for (int i = 0; i < R; ++i) {
-      const B wv = load_weights_as_f32<Arch, S>(w + i * stride + k * E);
-      for (int j = 0; j < N; ++j) acc[i][j] = simd::fma(wv, xv[j], acc[i][j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) acc[i][j] = a.first ? B(0.0f) : simd::load<Arch>(a.acc + i * a.acc_stride + j * L);
+  for (index k = a.k0; k < a.k1; k += step) {
+#pragma GCC unroll 2
+    for (int h = 0; h < H; ++h) {
+      B xv[N];
+#pragma GCC unroll 8
+      for (int j = 0; j < N; ++j) xv[j] = simd::load_reg<Arch>(a.x + j * a.x_stride + k + h * L);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const B wv = gemm_weights<Arch, S>(a.w + i * a.stride + k * E, h);
+#pragma GCC unroll 8
+        for (int j = 0; j < N; ++j) acc[i][j] = simd::fma(wv, xv[j], acc[i][j]);
+      }
     }
+    if (a.prefetch)
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i)
+        if (i < a.prefetch_rows) prefetch_l2(a.prefetch + i * a.stride + k * E);
   }
+#pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < N; ++j) {
-      float s = lane_sum(acc[i][j]);
-      for (index k = body; k < in; ++k) s += weight_as_f32<S>(w + i * stride + k * E) * x[j * x_stride + k];
-      y[j * y_stride + i] = s;
-    }
+#pragma GCC unroll 8
+    for (int j = 0; j < N; ++j) simd::store(a.acc + i * a.acc_stride + j * L, acc[i][j]);
 }
 
-/// x rows per block: 4 · N accumulators, 4 weight vectors and N x vectors must fit the register
-/// file (32 vector registers on AVX-512, 16 on AVX2 and SSE).
-template <class Arch>
-inline constexpr int gemm_x_rows = simd::width<Arch> >= 16 ? 4 : 2;
+/// gemm_block<R, N> for runtime r <= R, n <= N.
+template <class Arch, storage_type S, int R = gemm_w_rows<Arch>, int N = gemm_x_rows<Arch>>
+void gemm_block_dispatch(int r, int n, const gemm_block_args& a) noexcept {
+  if (r == R && n == N) return gemm_block<Arch, S, R, N>(a);
+  if constexpr (N > 1)
+    if (r == R) return gemm_block_dispatch<Arch, S, R, N - 1>(r, n, a);
+  if constexpr (R > 1) return gemm_block_dispatch<Arch, S, R - 1, gemm_x_rows<Arch>>(r, n, a);
+}
 
 /// y[n, r] (row stride y_stride) = Σ_k W[r, k] · x[n, k] for the `count` weight rows at `w`
-/// (`stride` bytes apart) and `rows` rows of x: the GEMM for a few rows (batched decode), reading
-/// the weights in their stored dtype. A block of 4 weight rows stays in L1 while every x row
-/// passes over it.
+/// (`stride` bytes apart) and `rows` rows of x packed by gemm_pack_x<Arch>(gemm_order_for(S), ...)
+/// at xp (row stride gemm_packed_stride(in)).
 template <class Arch, storage_type S>
-void gemm_rows(const unsigned char* w, index stride, index count, const float* x, index x_stride, index rows,
-               index in, float* y, index y_stride) noexcept {
-  constexpr int NX = gemm_x_rows<Arch>;
-  index r = 0;
-  for (; r + 4 <= count; r += 4) {
-    index n = 0;
-    for (; n + NX <= rows; n += NX)
-      gemm_block<Arch, S, 4, NX>(w + r * stride, stride, x + n * x_stride, x_stride, in, y + n * y_stride + r, y_stride);
-    for (; n < rows; ++n)
-      gemm_block<Arch, S, 4, 1>(w + r * stride, stride, x + n * x_stride, x_stride, in, y + n * y_stride + r, y_stride);
-  }
-  for (; r < count; ++r) {
-    index n = 0;
-    for (; n + NX <= rows; n += NX)
-      gemm_block<Arch, S, 1, NX>(w + r * stride, stride, x + n * x_stride, x_stride, in, y + n * y_stride + r, y_stride);
-    for (; n < rows; ++n)
-      gemm_block<Arch, S, 1, 1>(w + r * stride, stride, x + n * x_stride, x_stride, in, y + n * y_stride + r, y_stride);
+void gemm_packed(const unsigned char* w, index stride, index count, const float* xp, index rows, index in, float* y,
+                 index y_stride) noexcept {
+  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  constexpr index RB = gemm_w_rows<Arch>, NB = gemm_x_rows<Arch>, step = gemm_step<Arch, S>;
+  const index ps = gemm_packed_stride(in), body = in - in % step;
+  // Accumulators of one weight block: (weight row i, x row n) at acc + (i·gemm_max_x_rows + n)·L.
+  alignas(64) float acc[std::size_t(RB * gemm_max_x_rows * L)];
+  for (index r0 = 0; r0 < count; r0 += RB) {
+    const index R = std::min(RB, count - r0), next = std::min(RB, count - r0 - R);
+    const unsigned char* wr = w + r0 * stride;
+    for (index n0 = 0; n0 < rows; n0 += gemm_max_x_rows) {
+      const index nrows = std::min(gemm_max_x_rows, rows - n0);
+      for (index k0 = 0; k0 < body; k0 += gemm_pass) {
+        const index k1 = std::min(body, k0 + gemm_pass);
+        for (index j = 0; j < nrows; j += NB) {
+          const bool pf = j == 0 && n0 == 0 && next > 0;
+          const gemm_block_args a{wr,   stride, xp + (n0 + j) * ps, ps, k0, k1, acc + j * L, gemm_max_x_rows * L, k0 == 0,
+                                  pf ? wr + R * stride : nullptr, next};
+          gemm_block_dispatch<Arch, S>(int(R), int(std::min(NB, nrows - j)), a);
+        }
+      }
+      for (index i = 0; i < R; ++i)
+        for (index n = 0; n < nrows; ++n) {
+          const float* x = xp + (n0 + n) * ps;
+          const unsigned char* row = wr + i * stride;
+          float s = body > 0 ? simd::hadd(simd::load<Arch>(acc + (i * gemm_max_x_rows + n) * L)) : 0.0f;
+          for (index k = body; k < in; ++k) s += weight_as_f32<S>(row + k * E) * x[k];
+          y[(n0 + n) * y_stride + r0 + i] = s;
+        }
+    }
   }
 }
 
-/// gemm_rows for a runtime storage type.
+/// gemm_packed for a runtime storage type.
 template <class Arch>
-void gemm_rows(storage_type t, const void* w, index stride, index count, const float* x, index x_stride, index rows,
-               index in, float* y, index y_stride) noexcept {
+void gemm_packed(storage_type t, const void* w, index stride, index count, const float* xp, index rows, index in,
+                 float* y, index y_stride) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
   switch (t) {
-    case storage_type::f32: gemm_rows<Arch, storage_type::f32>(p, stride, count, x, x_stride, rows, in, y, y_stride); break;
-    case storage_type::bf16: gemm_rows<Arch, storage_type::bf16>(p, stride, count, x, x_stride, rows, in, y, y_stride); break;
-    case storage_type::f16: gemm_rows<Arch, storage_type::f16>(p, stride, count, x, x_stride, rows, in, y, y_stride); break;
+    case storage_type::f32: gemm_packed<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride); break;
+    case storage_type::bf16: gemm_packed<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride); break;
+    case storage_type::f16: gemm_packed<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride); break;
   }
+}
+
+/// A 64-byte aligned float buffer of this thread, at least n floats (grown, never shrunk: steady
+/// calls allocate nothing).
+inline float* gemm_thread_buffer(std::vector<float>& v, index n) {
+  const std::size_t need = std::size_t(n) + 16;
+  if (v.size() < need) v.resize(need);
+  const auto addr = reinterpret_cast<std::uintptr_t>(v.data());
+  return v.data() + ((64 - addr % 64) % 64) / sizeof(float);
+}
+
+/// y[n, r] (row stride y_stride) = Σ_k W[r, k] · x[n, k] for the `count` weight rows at `w`
+/// (`stride` bytes apart) and `rows` rows of x: gemm_packed after packing x into this thread's
+/// buffer. (linear_map packs once per call and calls gemm_packed per tile.)
+template <class Arch>
+void gemm_rows(storage_type t, const void* w, index stride, index count, const float* x, index x_stride, index rows,
+               index in, float* y, index y_stride) {
+  thread_local std::vector<float> buffer;
+  float* xp = gemm_thread_buffer(buffer, rows * gemm_packed_stride(in));
+  gemm_pack_x<Arch>(gemm_order_for(t), x, x_stride, rows, in, xp);
+  gemm_packed<Arch>(t, w, stride, count, xp, rows, in, y, y_stride);
 }
 
 /// y[n, c] (row stride y_stride) = Σ_k x[n, k] · W[k, c] for the `k_count` weight rows at `w`

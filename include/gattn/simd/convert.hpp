@@ -215,6 +215,68 @@ inline batch<float, Arch> load_bf16(const std::uint16_t* p) noexcept {
     return detail::widen_lanes<Arch>(p, bf16_to_float);
 }
 
+/// Widens half of the 2·width<Arch> bf16 values at p without a shuffle: each 32-bit lane holds
+/// two bf16 (little-endian: p[2i] low, p[2i + 1] high), so `lane << 16` is p[2i] and
+/// `lane & 0xFFFF0000` is p[2i + 1], both exact. load_bf16_even gives lane i = p[2i],
+/// load_bf16_odd lane i = p[2i + 1] (the small GEMM pairs them with x packed in the same order).
+template <class Arch>
+inline batch<float, Arch> load_bf16_even(const std::uint16_t* p) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx512f>)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
+  else
+#endif
+#if defined(__AVX2__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx2>)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), 16));
+  else
+#endif
+#if defined(__SSE2__)
+  if constexpr (detail::derives_v<Arch, xsimd::sse2>)
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), 16));
+  else
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+  if constexpr (detail::derives_v<Arch, xsimd::neon64>)
+    return vreinterpretq_f32_u32(vshlq_n_u32(vreinterpretq_u32_u16(vld1q_u16(p)), 16));
+  else
+#endif
+  {
+    alignas(64) float tmp[width<Arch>];
+    for (std::size_t i = 0; i < width<Arch>; ++i) tmp[i] = bf16_to_float(p[2 * i]);
+    return simd::load<Arch>(tmp);
+  }
+}
+template <class Arch>
+inline batch<float, Arch> load_bf16_odd(const std::uint16_t* p) noexcept {
+#if defined(__AVX512F__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx512f>)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_srli_epi32(_mm512_loadu_si512(p), 16), 16));  // no mask register
+  else
+#endif
+#if defined(__AVX2__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx2>)
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi32(int(0xFFFF0000u))));
+  else
+#endif
+#if defined(__SSE2__)
+  if constexpr (detail::derives_v<Arch, xsimd::sse2>)
+    return _mm_castsi128_ps(_mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), _mm_set1_epi32(int(0xFFFF0000u))));
+  else
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+  if constexpr (detail::derives_v<Arch, xsimd::neon64>)
+    return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_u16(vld1q_u16(p)), vdupq_n_u32(0xFFFF0000u)));
+  else
+#endif
+  {
+    alignas(64) float tmp[width<Arch>];
+    for (std::size_t i = 0; i < width<Arch>; ++i) tmp[i] = bf16_to_float(p[2 * i + 1]);
+    return simd::load<Arch>(tmp);
+  }
+}
+
 /// Rounds x to bf16 (nearest even) and stores its width<Arch> values at p.
 template <class Arch>
 inline void store_bf16(std::uint16_t* p, const batch<float, Arch>& x) noexcept {
