@@ -43,6 +43,9 @@
 #include "bench_shapes.hpp"
 #include "gattn/kernel/kernel.hpp"
 
+// One namespace per file: gattn_bench is built as one unity translation unit.
+namespace bench_ab {
+
 namespace {
 
 using gattn::index;
@@ -183,3 +186,5 @@ int register_all() {
 const int registered = register_all();
 
 }  // namespace
+
+}  // namespace bench_ab

@@ -18,6 +18,9 @@
 #include "gattn/attention/gqa_layer.hpp"
 #include "bench_weights.hpp"
 
+// One namespace per file: gattn_bench is built as one unity translation unit.
+namespace bench_batch {
+
 namespace {
 
 using gattn::index;
@@ -82,3 +85,5 @@ int register_batched_decode() {
 const int registered = register_batched_decode();
 
 }  // namespace
+
+}  // namespace bench_batch

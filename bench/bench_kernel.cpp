@@ -39,6 +39,9 @@
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
 
+// One namespace per file: gattn_bench is built as one unity translation unit.
+namespace bench_kernel {
+
 namespace {
 
 using gattn::index;
@@ -321,3 +324,5 @@ int register_all() {
 const int registered = register_all();
 
 }  // namespace
+
+}  // namespace bench_kernel

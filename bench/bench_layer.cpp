@@ -24,6 +24,9 @@
 #include "gattn/simd/convert.hpp"
 #include "bench_weights.hpp"
 
+// One namespace per file: gattn_bench is built as one unity translation unit.
+namespace bench_layer {
+
 namespace {
 
 using gattn::index;
@@ -235,3 +238,5 @@ int register_layers() {
 const int registered = register_layers();
 
 }  // namespace
+
+}  // namespace bench_layer

@@ -10,6 +10,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_batch {
+
 namespace {
 
 using gattn::any_layer;
@@ -186,3 +189,5 @@ TEST(Batch, SequencesAreIsolated) {
 }
 
 }  // namespace
+
+}  // namespace test_batch

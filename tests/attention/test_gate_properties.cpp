@@ -6,6 +6,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_gate_properties {
+
 namespace {
 
 using gattn::gqa_config;
@@ -149,3 +152,5 @@ TEST(GateProperties, PaperLayoutEqualsQwenLayoutAfterRowPermutation) {
 }
 
 }  // namespace
+
+}  // namespace test_gate_properties

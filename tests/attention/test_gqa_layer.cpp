@@ -6,6 +6,9 @@
 #include "gattn/backend/backend.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_gqa_layer {
+
 namespace {
 
 
@@ -98,3 +101,5 @@ INSTANTIATE_TEST_SUITE_P(Vectors, GqaLayerVectors, ::testing::ValuesIn(all_cases
                          [](const auto& info) { return name_of(info.param); });
 
 }  // namespace
+
+}  // namespace test_gqa_layer

@@ -17,6 +17,9 @@
 #include "gattn/simd/convert.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_kv_cache_dtype {
+
 namespace {
 
 using gattn::cache_error;
@@ -240,3 +243,5 @@ TEST(KvCacheDtype, F16LayersRefuseOutOfRangeCallsWhole) {
 }
 
 }  // namespace
+
+}  // namespace test_kv_cache_dtype

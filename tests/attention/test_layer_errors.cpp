@@ -11,6 +11,9 @@
 #include "gattn/reference/gqa_layer.hpp"
 #include "support/random_layer.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_layer_errors {
+
 namespace {
 
 using gattn::gqa_config;
@@ -202,3 +205,5 @@ TEST(LayerErrors, CallsWhoseWorkspaceOverflowsAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_layer_errors

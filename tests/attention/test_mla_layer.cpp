@@ -8,6 +8,9 @@
 #include "gattn/backend/backend.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_mla_layer {
+
 namespace {
 
 using gattn::kv_cache;
@@ -128,3 +131,5 @@ TEST(MlaLayer, CacheHoldsOnlyTheLatent) {
 }
 
 }  // namespace
+
+}  // namespace test_mla_layer

@@ -14,6 +14,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_nonfinite_inputs {
+
 namespace {
 
 using gattn::index;
@@ -128,3 +131,5 @@ TEST(NonfiniteInputs, MlaRowsBeforeThePoisonedTokenAreUnchangedInEveryForm) {
 }
 
 }  // namespace
+
+}  // namespace test_nonfinite_inputs

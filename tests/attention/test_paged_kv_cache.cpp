@@ -13,6 +13,9 @@
 #include "gattn/kernel/kernel.hpp"
 #include "gattn/simd/convert.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_paged_kv_cache {
+
 namespace {
 
 using gattn::index;
@@ -231,3 +234,5 @@ TEST(PagedKvCache, BindGivesTheKernelTheContiguousCachesAnswer) {
 }
 
 }  // namespace
+
+}  // namespace test_paged_kv_cache

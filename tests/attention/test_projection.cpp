@@ -16,7 +16,8 @@
 #include "support/kernel_sweep.hpp"
 
 namespace gattn {
-namespace {
+// Named, not anonymous: the test target is built as a few unity translation units.
+namespace test_projection {
 
 /// A [rows, cols] weight stored as `type`, possibly with `pad` unused elements after each row.
 struct stored_weight {
@@ -347,5 +348,5 @@ TEST(ProjectionRows, TransposedProductOnEveryArch) {
     }
 }
 
-}  // namespace
+}  // namespace test_projection
 }  // namespace gattn

@@ -7,7 +7,8 @@
 #include "gattn/core/execution.hpp"
 
 namespace gattn {
-namespace {
+// Named, not anonymous: the test target is built as a few unity translation units.
+namespace test_execution {
 
 struct counting_pool {
   int calls = 0;
@@ -54,5 +55,5 @@ TEST(ExecutionContext, NeverNestsInsideAParallelRegion) {
 }
 #endif
 
-}  // namespace
+}  // namespace test_execution
 }  // namespace gattn

@@ -9,6 +9,9 @@
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/core/memory.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_memory {
+
 namespace {
 
 std::uintptr_t address(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
@@ -57,3 +60,5 @@ TEST(StreamedMemory, SizesThatWrapWhenRoundedThrow) {
 }
 
 }  // namespace
+
+}  // namespace test_memory

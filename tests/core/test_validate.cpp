@@ -20,6 +20,9 @@
 #include "gattn/reference/mla_layer.hpp"
 #include "support/random_layer.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_validate {
+
 namespace {
 
 using gattn::config_error;
@@ -297,3 +300,5 @@ TEST(Validate, CacheSizesAreCheckedAndNamed) {
 }
 
 }  // namespace
+
+}  // namespace test_validate

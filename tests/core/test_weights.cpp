@@ -11,7 +11,8 @@
 #include "gattn/simd/convert.hpp"
 
 namespace gattn {
-namespace {
+// Named, not anonymous: the test target is built as a few unity translation units.
+namespace test_weights {
 
 using ::testing::HasSubstr;
 
@@ -108,5 +109,5 @@ TEST(WeightMap, GetFindAndWidenedNameTheWeight) {
   EXPECT_FALSE(w.contains("x"));  // nothing stored on failure
 }
 
-}  // namespace
+}  // namespace test_weights
 }  // namespace gattn

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_cost_model {
+
 namespace {
 
 // The paper's 15B MoE attention shape (SPEC §7): L 24, d 2048, H_q 32, H_kv 4, D 128.
@@ -332,3 +335,5 @@ TEST(CostModel, ReportPrintsWeightAndCacheBytesAtTheChosenTypes) {
 }
 
 }  // namespace
+
+}  // namespace test_cost_model

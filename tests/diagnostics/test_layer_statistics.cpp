@@ -5,6 +5,9 @@
 #include "gattn/attention/any_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_layer_statistics {
+
 namespace {
 
 using index = gattn::index;
@@ -51,3 +54,5 @@ INSTANTIATE_TEST_SUITE_P(Vectors, LayerStatistics, ::testing::ValuesIn(all_cases
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+}  // namespace test_layer_statistics

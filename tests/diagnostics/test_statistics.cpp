@@ -10,6 +10,9 @@
 
 #include "gattn/io/safetensors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_statistics {
+
 namespace {
 
 // Values below are powers of two (or sums of few), so the expected fractions and means are exact.
@@ -232,3 +235,5 @@ TEST(Statistics, MatchesReferenceVectorStats) {
 }
 
 }  // namespace
+
+}  // namespace test_statistics

@@ -6,6 +6,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_policy {
+
 namespace {
 
 using index = gattn::index;
@@ -52,3 +55,5 @@ TEST(GatePolicy, ConflictingConfigIsRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_policy

@@ -27,6 +27,9 @@
 #include "gattn/io/load_weights.hpp"
 #include "gattn/io/safetensors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_checkpoint {
+
 #ifndef GATTN_TEST_DATA
 #error "GATTN_TEST_DATA must be defined as the absolute path of tests/data"
 #endif
@@ -431,3 +434,5 @@ TEST(CheckpointDirectory, NeedsAnIndexModelSafetensorsOrExactlyOneFile) {
 }
 
 }  // namespace
+
+}  // namespace test_checkpoint

@@ -8,6 +8,9 @@
 #include "gattn/io/gattn_config.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_gattn_config {
+
 namespace {
 
 using gattn::io::parse_gattn_config;
@@ -156,3 +159,5 @@ TEST(GattnConfig, EveryVectorConfigParses) {
 }
 
 }  // namespace
+
+}  // namespace test_gattn_config

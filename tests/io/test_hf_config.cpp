@@ -17,6 +17,9 @@
 
 #include "gattn/io/safetensors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_hf_config {
+
 #ifndef GATTN_TEST_DATA
 #error "GATTN_TEST_DATA must be defined as the absolute path of tests/data"
 #endif
@@ -694,3 +697,5 @@ TEST(HfConfigFile, RefusedContentNamesFileAndKey) {
 }
 
 }  // namespace
+
+}  // namespace test_hf_config

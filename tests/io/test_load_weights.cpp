@@ -13,7 +13,8 @@
 #include "support/vectors.hpp"
 
 namespace gattn {
-namespace {
+// Named, not anonymous: the test target is built as a few unity translation units.
+namespace test_load_weights {
 
 using io::dtype;
 using io::safetensors_file;
@@ -127,5 +128,5 @@ std::vector<std::string> all_cases() {
 INSTANTIATE_TEST_SUITE_P(Vectors, LowPrecisionCheckpoint, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param; });
 
-}  // namespace
+}  // namespace test_load_weights
 }  // namespace gattn

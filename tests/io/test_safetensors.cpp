@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_safetensors {
+
 #ifndef GATTN_TEST_DATA
 #error "GATTN_TEST_DATA must be defined as the absolute path of tests/data"
 #endif
@@ -526,3 +529,5 @@ TEST(SafetensorsHostile, ValidEdgeCasesAreAccepted) {
 }
 
 }  // namespace
+
+}  // namespace test_safetensors

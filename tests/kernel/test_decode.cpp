@@ -10,6 +10,9 @@
 
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_decode {
+
 namespace {
 
 using gattn::index;
@@ -198,3 +201,5 @@ TEST(KernelDecode, DeterministicPerThreadCount) {
 }
 
 }  // namespace
+
+}  // namespace test_decode

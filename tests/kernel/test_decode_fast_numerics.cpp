@@ -18,6 +18,9 @@
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_decode_fast_numerics {
+
 namespace {
 
 using gattn::index;
@@ -228,3 +231,5 @@ TEST(KernelDecodePrefetch, OnAndOffGiveTheSameBits) {
 }
 
 }  // namespace
+
+}  // namespace test_decode_fast_numerics

@@ -15,6 +15,9 @@
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_decode_low_precision {
+
 namespace {
 
 using gattn::index;
@@ -107,3 +110,5 @@ TEST(KernelDecodeLowPrecision, BackendsReadItAndTheBitsMustBeThere) {
 }
 
 }  // namespace
+
+}  // namespace test_decode_low_precision

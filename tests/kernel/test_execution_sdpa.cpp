@@ -12,6 +12,9 @@
 #include "gattn/kernel/kernel.hpp"
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_execution_sdpa {
+
 namespace {
 
 using gattn::index;
@@ -92,3 +95,5 @@ TEST(KernelExecution, InsideAParallelRegionRunsSeriallyWithTheSerialResult) {
 }
 
 }  // namespace
+
+}  // namespace test_execution_sdpa

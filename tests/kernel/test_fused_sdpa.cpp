@@ -10,6 +10,9 @@
 
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_fused_sdpa {
+
 namespace {
 
 using gattn::index;
@@ -371,3 +374,5 @@ TEST(KernelValidation, ShapeErrorsNameTheField) {
 }
 
 }  // namespace
+
+}  // namespace test_fused_sdpa

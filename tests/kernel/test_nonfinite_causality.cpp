@@ -11,6 +11,9 @@
 
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_nonfinite_causality {
+
 namespace {
 
 using gattn::index;
@@ -222,3 +225,5 @@ TEST(KernelOverflow, VeryNegativeFiniteScoresAreKeys) {
 }
 
 }  // namespace
+
+}  // namespace test_nonfinite_causality

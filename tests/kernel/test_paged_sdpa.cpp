@@ -15,6 +15,9 @@
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_paged_sdpa {
+
 namespace {
 
 using gattn::index;
@@ -147,3 +150,5 @@ TEST(KernelPagedSdpa, RefusesABadBlockSize) {
 }
 
 }  // namespace
+
+}  // namespace test_paged_sdpa

@@ -11,6 +11,9 @@
 
 #include "gattn/kernel/prefetch.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_prefetch {
+
 namespace {
 
 using gattn::index;
@@ -91,3 +94,5 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<layout>& info) { return std::string(info.param.name); });
 
 }  // namespace
+
+}  // namespace test_prefetch

@@ -15,6 +15,9 @@
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_prefill_low_precision {
+
 namespace {
 
 using gattn::index;
@@ -108,3 +111,5 @@ TEST(KernelPrefillLowPrecision, AHiddenNaNKeyStaysHidden) {
 }
 
 }  // namespace
+
+}  // namespace test_prefill_low_precision

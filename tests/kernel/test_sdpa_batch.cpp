@@ -12,6 +12,9 @@
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_sdpa_batch {
+
 namespace {
 
 using gattn::index;
@@ -109,3 +112,5 @@ TEST(KernelSdpaBatch, ValidatesEveryProblemBeforeRunningAny) {
 }
 
 }  // namespace
+
+}  // namespace test_sdpa_batch

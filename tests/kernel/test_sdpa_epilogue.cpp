@@ -7,6 +7,9 @@
 
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_sdpa_epilogue {
+
 namespace {
 
 using gattn::index;
@@ -167,3 +170,5 @@ TEST(KernelEpilogue, SpecialGateInputs) {
 }
 
 }  // namespace
+
+}  // namespace test_sdpa_epilogue

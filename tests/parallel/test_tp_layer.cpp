@@ -8,6 +8,9 @@
 #include "gattn/parallel/tp_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_tp_layer {
+
 namespace {
 
 using gattn::index;
@@ -233,3 +236,5 @@ TEST(Slice, RowsAndColumns) {
 }
 
 }  // namespace
+
+}  // namespace test_tp_layer

@@ -9,6 +9,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_tp_random_layers {
+
 namespace {
 
 using gattn::index;
@@ -93,3 +96,5 @@ INSTANTIATE_TEST_SUITE_P(Gates, TensorParallelRandomLayers, ::testing::ValuesIn(
                          [](const ::testing::TestParamInfo<gate_variant>& i) { return std::string(i.param.name); });
 
 }  // namespace
+
+}  // namespace test_tp_random_layers

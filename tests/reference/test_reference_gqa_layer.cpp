@@ -4,6 +4,9 @@
 #include "gattn/reference/gqa_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_reference_gqa_layer {
+
 namespace {
 
 using gattn::test::load_vector_case;
@@ -27,3 +30,5 @@ INSTANTIATE_TEST_SUITE_P(Vectors, ReferenceGqaLayer, ::testing::ValuesIn(gattn::
                          [](const auto& info) { return info.param; });
 
 }  // namespace
+
+}  // namespace test_reference_gqa_layer

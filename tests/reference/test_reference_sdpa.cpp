@@ -6,6 +6,9 @@
 
 #include "gattn/reference/sdpa.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_reference_sdpa {
+
 namespace {
 
 using gattn::reference::sdpa;
@@ -43,3 +46,5 @@ TEST(ReferenceSdpa, LargeLogitsDoNotOverflow) {
 }
 
 }  // namespace
+
+}  // namespace test_reference_sdpa

@@ -9,6 +9,9 @@
 #include "gattn/simd/activation.hpp"
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_activation {
+
 namespace {
 
 double ref(gattn::activation a, double u) {
@@ -108,3 +111,5 @@ TEST(Activation, NegativeZeroAndSymmetry) {
 }
 
 }  // namespace
+
+}  // namespace test_activation

@@ -14,6 +14,9 @@
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_convert {
+
 namespace {
 
 using gattn::index;
@@ -261,3 +264,5 @@ TEST(SimdConvert, FindsTheFirstValueOutsideTheF16Range) {
 }
 
 }  // namespace
+
+}  // namespace test_convert

@@ -23,6 +23,9 @@
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_gate_rounding {
+
 namespace {
 
 using gattn::index;
@@ -347,3 +350,5 @@ TEST(GateRoundingBf16, MlaLayerAppliesTheRuleToItsSdpaOutput) {
 }
 
 }  // namespace
+
+}  // namespace test_gate_rounding

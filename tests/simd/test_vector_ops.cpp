@@ -8,6 +8,9 @@
 
 #include "support/kernel_sweep.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_vector_ops {
+
 namespace {
 
 using gattn::index;
@@ -111,3 +114,5 @@ TEST(KernelArch, NamesAndWidths) {
 }
 
 }  // namespace
+
+}  // namespace test_vector_ops

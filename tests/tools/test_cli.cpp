@@ -16,6 +16,9 @@
 #include "gattn/io/safetensors.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_cli {
+
 #ifndef GATTN_CLI_PATH
 #define GATTN_CLI_PATH ""
 #endif
@@ -577,3 +580,5 @@ TEST(Cli, CostPrintsWeightAndCacheBytesAtTheChosenTypes) {
 }
 
 }  // namespace
+
+}  // namespace test_cli

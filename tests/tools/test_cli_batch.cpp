@@ -13,6 +13,9 @@
 #include "gattn/io/safetensors.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_cli_batch {
+
 #ifndef GATTN_CLI_PATH
 #define GATTN_CLI_PATH ""
 #endif
@@ -146,3 +149,5 @@ TEST(CliBatchUsage, NonCausalLayerIsRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_cli_batch

@@ -19,6 +19,9 @@
 #include "gattn/simd/convert.hpp"
 #include "support/vectors.hpp"
 
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_cli_rss {
+
 #ifndef GATTN_CLI_PATH
 #define GATTN_CLI_PATH ""
 #endif
@@ -137,3 +140,5 @@ TEST(CliRss, MappedBf16QwenNextLayerIsNotCopied) {
 }
 
 }  // namespace
+
+}  // namespace test_cli_rss
