@@ -10,9 +10,6 @@
 #include "gattn/attention/any_layer.hpp"
 #include "support/random_layer.hpp"
 
-// One namespace per file: the test target is built as a few unity translation units.
-namespace test_allocations {
-
 // The replacements below pair malloc with free, whatever GCC infers when it inlines them into a
 // new-expression (it warns at -O1 about a "mismatched" free of operator new's memory).
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
@@ -31,13 +28,11 @@ void* counted_alloc(std::size_t n, std::size_t align) {
   return p;
 }
 }  // namespace
-}  // namespace test_allocations
 
-// The replaced allocation functions must be global.
-void* operator new(std::size_t n) { return test_allocations::counted_alloc(n, 0); }
-void* operator new[](std::size_t n) { return test_allocations::counted_alloc(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return test_allocations::counted_alloc(n, std::size_t(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return test_allocations::counted_alloc(n, std::size_t(a)); }
+void* operator new(std::size_t n) { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n) { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, std::size_t(a)); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -46,8 +41,6 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-
-namespace test_allocations {
 
 namespace {
 
@@ -177,5 +170,3 @@ TEST(Allocations, GqaBatchedDecodeStepAllocatesNothing) {
 }
 
 }  // namespace
-
-}  // namespace test_allocations
