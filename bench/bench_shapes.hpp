@@ -99,7 +99,7 @@ struct inputs {
   shape s;
   gattn::storage_type kv = gattn::storage_type::f32;
   index caches = 1;
-  std::vector<float> q, u_elem, u_head, out;
+  gattn::streamed_vector<float> q, u_elem, u_head, out;
   // Caches allocated as gattn::kv_cache allocates them (huge-page backed, core/memory.hpp).
   std::vector<gattn::streamed_vector<float>> k, v;
   std::vector<gattn::streamed_vector<std::uint16_t>> k_bits, v_bits;  // kv = bf16 / f16

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/memory.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/simd/convert.hpp"
 
@@ -56,11 +57,17 @@ inline gattn::weight_map l1_weights(const gattn::gqa_config& c) {
 /// `w` with every tensor rounded to `type` and held as views of buffers the returned map keeps alive
 /// (what io::load_weights gives for a bf16/f16 checkpoint).
 inline gattn::weight_map stored_as(const gattn::weight_map& w, gattn::storage_type type) {
-  if (type == gattn::storage_type::f32) return w;
   gattn::weight_map out;
   for (const auto& [name, v] : w.all()) {
-    auto bits = std::make_shared<std::vector<std::uint16_t>>();
-    for (float x : v.widened()) bits->push_back(type == gattn::storage_type::bf16 ? gattn::round_to_bf16(x) : gattn::round_to_f16(x));
+    const std::vector<float> wide = v.widened();
+    if (type == gattn::storage_type::f32) {
+      auto vals = std::make_shared<gattn::streamed_vector<float>>(wide.begin(), wide.end());
+      out.set(name, gattn::weight_view(type, vals->data(), v.shape(), -1, vals));
+      continue;
+    }
+    auto bits = std::make_shared<gattn::streamed_vector<std::uint16_t>>(wide.size());
+    for (std::size_t i = 0; i < wide.size(); ++i)
+      (*bits)[i] = type == gattn::storage_type::bf16 ? gattn::round_to_bf16(wide[i]) : gattn::round_to_f16(wide[i]);
     out.set(name, gattn::weight_view(type, bits->data(), v.shape(), -1, bits));
   }
   return out;
