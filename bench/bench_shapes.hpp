@@ -99,8 +99,10 @@ struct inputs {
   shape s;
   gattn::storage_type kv = gattn::storage_type::f32;
   index caches = 1;
+  // Activations allocated as gattn::layer_workspace holds them, caches as gattn::kv_cache does
+  // (huge-page backed, core/memory.hpp): on 4 KiB pages the epilogue's row-by-row gate reads and
+  // output writes pay a TLB walk per row, which is not what a layer's call sees.
   gattn::streamed_vector<float> q, u_elem, u_head, out;
-  // Caches allocated as gattn::kv_cache allocates them (huge-page backed, core/memory.hpp).
   std::vector<gattn::streamed_vector<float>> k, v;
   std::vector<gattn::streamed_vector<std::uint16_t>> k_bits, v_bits;  // kv = bf16 / f16
   explicit inputs(const shape& sh, gattn::storage_type kv_type = gattn::storage_type::f32) : s(sh), kv(kv_type) {
