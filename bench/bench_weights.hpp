@@ -54,8 +54,9 @@ inline gattn::weight_map l1_weights(const gattn::gqa_config& c) {
   return w;
 }
 
-/// `w` with every tensor rounded to `type` and held as views of buffers the returned map keeps alive
-/// (what io::load_weights gives for a bf16/f16 checkpoint).
+/// `w` with every tensor rounded to `type` (f32: copied) and held as views of huge-page buffers the
+/// returned map keeps alive: what io::load_weights gives for a bf16/f16 checkpoint, in the memory an
+/// engine's own weight arena would use (a mapped checkpoint's 4 KiB pages read slower: README).
 inline gattn::weight_map stored_as(const gattn::weight_map& w, gattn::storage_type type) {
   gattn::weight_map out;
   for (const auto& [name, v] : w.all()) {
