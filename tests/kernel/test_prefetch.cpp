@@ -86,6 +86,54 @@ TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) { check_shar
 
 TEST_P(CacheStream, TwoByteElementsCoverTheirOwnBytes) { check_shares<std::uint16_t>(GetParam()); }
 
+// A paged view (token-major blocks in a shuffled order): the shares of a token group cover exactly
+// the lines of its slices, found through the block table, whatever the block size (1 token, a
+// share inside one block, shares that cross blocks).
+template <class T>
+void check_paged_shares(index block_size) {
+  const index heads = 4, d = 24, token_stride = heads * d, t_k = 45;
+  const index blocks = (t_k + block_size - 1) / block_size, block_stride = block_size * token_stride;
+  std::vector<std::int32_t> table(std::size_t(blocks + 0));
+  for (index b = 0; b < blocks; ++b) table[std::size_t(b)] = std::int32_t((b * 7 + 3) % (blocks + 2));  // pool of blocks + 2
+  std::vector<T> pool(std::size_t((blocks + 2) * block_stride) + 16);
+  const T* base = pool.data() + 5;
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + (blocks + 2) * block_stride);
+  for (index ahead_bytes : {index(0), index(1000), index(1) << 17}) {
+    const cache_stream s =
+        cache_stream(base, token_stride, heads, d, d, t_k, ahead_bytes).with_blocks(table.data(), block_size, block_stride);
+    for (index t : {index(0), index(5), index(30), index(44)})
+      for (index n : {index(1), index(4), index(8)})
+        for (index parts : {index(1), index(3), heads}) {
+          std::set<std::uintptr_t> got;
+          for (index part = 0; part < parts; ++part)
+            s.for_each_line(t, n, part, parts, [&](const char* line) {
+              const auto a = reinterpret_cast<std::uintptr_t>(line);
+              EXPECT_EQ(a % 64, 0u);
+              EXPECT_GE(a, lo);
+              EXPECT_LT(a, hi);
+              got.insert(a);
+            });
+          std::set<std::uintptr_t> want;
+          const index t0 = t + s.ahead;
+          for (index tok = t0; tok < std::min(t0 + n, t_k); ++tok)
+            for (index h = 0; h < heads; ++h) {
+              const T* slice = base + index(table[std::size_t(tok / block_size)]) * block_stride +
+                               (tok % block_size) * token_stride + h * d;
+              for (index c = 0; c < d; ++c) want.insert(reinterpret_cast<std::uintptr_t>(slice + c) & ~std::uintptr_t(63));
+            }
+          EXPECT_EQ(got, want) << "block_size=" << block_size << " t=" << t << " n=" << n << " parts=" << parts;
+        }
+  }
+}
+
+TEST(CacheStreamPaged, SharesCoverExactlyTheSlicesOfTheBlocks) {
+  for (index block_size : {index(1), index(3), index(16), index(64)}) {
+    check_paged_shares<float>(block_size);
+    check_paged_shares<std::uint16_t>(block_size);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Layouts, CacheStream,
     ::testing::Values(layout{"token_major", 8, 16, 8 * 16, 16}, layout{"token_major_padded", 4, 20, 4 * 20 + 12, 20},
