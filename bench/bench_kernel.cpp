@@ -11,7 +11,8 @@
 // elementwise gate. GBps of every decode variant counts the bytes of the cache itself (K + V for
 // GQA, the latent rows once for M1), so the variants compare at equal work.
 // GQA decode shapes also run g1_elementwise_head_major: the same caches viewed as [H_kv, T, D].
-// Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3).
+// Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3); D1hot (D1's
+// heads over 256 keys, one cache reused, hot in L2) measures the decode kernel's work without DRAM.
 // D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16 and
 // g1_elementwise_bf16_fast (SPEC §10 fast numerics: vdpbf16ps where the CPU has it), P1
 // g1_elementwise_bf16: caches stored as bf16/f16 (the fp32 values rounded), read through
@@ -299,6 +300,11 @@ int register_all() {
                                    full.substr(full.find('/') + 1), t)
           ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
+  // D1's kernel with its cache hot in L2 (k_d1_hot): the compute half of D1's time, in the same run.
+  for (const char* variant : {"g1_elementwise", "g1_elementwise_bf16"})
+    benchmark::RegisterBenchmark((std::string("kernel/D1hot/") + variant + "/t:1").c_str(), bm_kernel,
+                                 gattn_bench::k_d1_hot, std::string(variant), 1)
+        ->UseRealTime()->Unit(benchmark::kMicrosecond);
   // The vendor-dependent choices forced each way (README: they measured opposite on AMD and Intel).
   const std::pair<const char*, gattn::kernel_choice> choices[] = {{"always", gattn::kernel_choice::always},
                                                                   {"never", gattn::kernel_choice::never}};
