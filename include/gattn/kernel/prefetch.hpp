@@ -79,7 +79,9 @@ struct cache_stream {
 
   /// True when the head slices of a token are back to back and fill its row: the slices of
   /// consecutive tokens (of one block, when paged) are then one run of bytes.
-  bool dense_rows() const { return !heads_outer && token_bytes == heads * slice_bytes && (heads == 1 || head_bytes == slice_bytes); }
+  bool dense_rows() const {
+    return !heads_outer && token_bytes == heads * slice_bytes && (heads == 1 || head_bytes == slice_bytes);
+  }
 
   /// Calls f(line) for the 64-byte lines of the `bytes` bytes at p.
   template <class F>
