@@ -39,6 +39,24 @@ std::set<std::uintptr_t> expected_lines(const T* base, const layout& l, index t0
 
 class CacheStream : public ::testing::TestWithParam<layout> {};
 
+// The lines the `parts` shares of one token group prefetch, each checked to be a whole line inside
+// [lo, hi); also passed to on_line(address) in the order they come.
+template <class OnLine>
+std::set<std::uintptr_t> share_lines(const cache_stream& s, index t, index n, index parts, std::uintptr_t lo,
+                                     std::uintptr_t hi, OnLine&& on_line) {
+  std::set<std::uintptr_t> got;
+  for (index part = 0; part < parts; ++part)
+    s.for_each_line(t, n, part, parts, [&](const char* line) {
+      const auto a = reinterpret_cast<std::uintptr_t>(line);
+      EXPECT_EQ(a % 64, 0u);
+      EXPECT_GE(a, lo);
+      EXPECT_LT(a, hi);
+      got.insert(a);
+      on_line(a);
+    });
+  return got;
+}
+
 // T = float, or std::uint16_t for a bf16/f16 cache: strides count elements, lines count bytes (a
 // stream that counted floats would prefetch twice the bytes of a 2-byte cache and fail `hi`).
 template <class T>
@@ -55,21 +73,14 @@ void check_shares(const layout& l) {
     for (index t : {index(0), index(7), index(44), index(49)}) {
       for (index n : {index(1), index(4), index(8)}) {
         for (index parts : {index(1), index(3), l.heads}) {
-          std::set<std::uintptr_t> got;
           std::uintptr_t previous = 0;
           std::size_t visits = 0;
-          for (index part = 0; part < parts; ++part)
-            s.for_each_line(t, n, part, parts, [&](const char* line) {
-              const auto a = reinterpret_cast<std::uintptr_t>(line);
-              EXPECT_EQ(a % 64, 0u);
-              EXPECT_GE(a, lo);
-              EXPECT_LT(a, hi);
-              // Address order across the shares (a run may revisit the line it starts in).
-              EXPECT_GE(a + 64, previous) << l.name;
-              previous = std::max(previous, a);
-              got.insert(a);
-              ++visits;
-            });
+          const std::set<std::uintptr_t> got = share_lines(s, t, n, parts, lo, hi, [&](std::uintptr_t a) {
+            // Address order across the shares (a run may revisit the line it starts in).
+            EXPECT_GE(a + 64, previous) << l.name;
+            previous = std::max(previous, a);
+            ++visits;
+          });
           const index t0 = t + s.ahead, in_view = std::max<index>(0, std::min(n, t_k - t0));
           const std::set<std::uintptr_t> want = expected_lines(base, l, t0, in_view);
           EXPECT_EQ(got, want) << l.name << " t=" << t << " n=" << n << " parts=" << parts;
@@ -93,8 +104,10 @@ template <class T>
 void check_paged_shares(index block_size) {
   const index heads = 4, d = 24, token_stride = heads * d, t_k = 45;
   const index blocks = (t_k + block_size - 1) / block_size, block_stride = block_size * token_stride;
-  std::vector<std::int32_t> table(std::size_t(blocks + 0));
-  for (index b = 0; b < blocks; ++b) table[std::size_t(b)] = std::int32_t((b * 7 + 3) % (blocks + 2));  // pool of blocks + 2
+  // Block b of the sequence is block (7b + 3) mod (blocks + 2) of a pool of blocks + 2: shuffled, no
+  // two the same (7 is prime to every pool size below).
+  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+  for (index b = 0; b < blocks; ++b) table[std::size_t(b)] = std::int32_t((b * 7 + 3) % (blocks + 2));
   std::vector<T> pool(std::size_t((blocks + 2) * block_stride) + 16);
   const T* base = pool.data() + 5;
   const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
@@ -105,15 +118,7 @@ void check_paged_shares(index block_size) {
     for (index t : {index(0), index(5), index(30), index(44)})
       for (index n : {index(1), index(4), index(8)})
         for (index parts : {index(1), index(3), heads}) {
-          std::set<std::uintptr_t> got;
-          for (index part = 0; part < parts; ++part)
-            s.for_each_line(t, n, part, parts, [&](const char* line) {
-              const auto a = reinterpret_cast<std::uintptr_t>(line);
-              EXPECT_EQ(a % 64, 0u);
-              EXPECT_GE(a, lo);
-              EXPECT_LT(a, hi);
-              got.insert(a);
-            });
+          const std::set<std::uintptr_t> got = share_lines(s, t, n, parts, lo, hi, [](std::uintptr_t) {});
           std::set<std::uintptr_t> want;
           const index t0 = t + s.ahead;
           for (index tok = t0; tok < std::min(t0 + n, t_k); ++tok)
