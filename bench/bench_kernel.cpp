@@ -270,6 +270,88 @@ void bm_read(benchmark::State& st, int threads) {
   st.counters["GBps"] = benchmark::Counter(double(n) * 4.0 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The floor under any exact decode kernel of `s` (a GQA decode shape) with its cache stored as S:
+/// the K and V caches read once in address order (key block by key block, K then V, as the kernel
+/// does; no software prefetch, so the hardware prefetchers see the best order there is) with the
+/// kernel's own FMAs (G·d per key and head for q·k, G·d_v for p·v, the values widened in
+/// registers) and nothing else: no reductions, no softmax, no gate. Caches rotate like the
+/// kernel's (>= 128 MiB in all) unless the shape is hot. Its bf16/fp32 ratio bounds what the
+/// kernel's can reach on this machine; its time against the hot one says how far memory and
+/// compute overlap here.
+template <gattn::storage_type S>
+void bm_decode_floor(benchmark::State& st, const shape& s, int threads) {
+  using E = gattn::storage_element_t<S>;
+  using Arch = gattn::default_arch;
+  using B = gattn::simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  const index g = s.hq / s.hkv, d = s.d, keys = s.t_k, heads = s.hkv, bc = 32;
+  if (g != 4 || d % (2 * W) != 0 || keys % (bc * threads) != 0) {
+    st.SkipWithError("the decode floor is written for G = 4 and d a multiple of two vectors");
+    return;
+  }
+  const std::size_t one = std::size_t(keys * heads * d);  // elements of K (or V) of one cache
+  const double bytes = 2.0 * double(one) * double(sizeof(E));
+  const std::size_t copies =
+      s.hot ? 1 : std::max<std::size_t>(2, std::size_t(std::ceil(2.0 * 64.0 * 1024 * 1024 / bytes)));
+  static gattn::streamed_vector<E> buf;  // one floor runs at a time; re-filled when the size changes
+  if (buf.size() != 2 * one * copies) buf.assign(2 * one * copies, E(S == gattn::storage_type::f32 ? 1 : 0x3f80));
+  alignas(64) float q[4 * 512];
+  for (index i = 0; i < 4 * d; ++i) q[i] = 1e-4f * float(i % 7);
+  std::size_t call = 0;
+  for (auto _ : st) {
+    const E* k = buf.data() + 2 * one * (call++ % copies);
+    const E* v = k + one;
+    float total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+#ifdef _OPENMP
+      const index nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+      const index nt = 1, id = 0;
+#endif
+      const index row = heads * d, span = keys / nt;
+      B acc[8];
+      for (B& a : acc) a = B(0.0f);
+      const B p0(1e-3f), p1(2e-3f), p2(3e-3f), p3(4e-3f);
+      for (index j0 = id * span; j0 < (id + 1) * span; j0 += bc) {
+        const E* kb = k + j0 * row;
+        for (index c = 0; c < bc * row; c += 2 * W) {  // q·k: each value meets the G = 4 query rows
+          const index ch = c % d;
+          const B x = gattn::simd::load_widened<Arch, S>(kb + c), y = gattn::simd::load_widened<Arch, S>(kb + c + W);
+          acc[0] = gattn::simd::fma(gattn::simd::load<Arch>(q + ch), x, acc[0]);
+          acc[1] = gattn::simd::fma(gattn::simd::load<Arch>(q + d + ch), x, acc[1]);
+          acc[2] = gattn::simd::fma(gattn::simd::load<Arch>(q + 2 * d + ch), x, acc[2]);
+          acc[3] = gattn::simd::fma(gattn::simd::load<Arch>(q + 3 * d + ch), x, acc[3]);
+          acc[4] = gattn::simd::fma(gattn::simd::load<Arch>(q + ch + W), y, acc[4]);
+          acc[5] = gattn::simd::fma(gattn::simd::load<Arch>(q + d + ch + W), y, acc[5]);
+          acc[6] = gattn::simd::fma(gattn::simd::load<Arch>(q + 2 * d + ch + W), y, acc[6]);
+          acc[7] = gattn::simd::fma(gattn::simd::load<Arch>(q + 3 * d + ch + W), y, acc[7]);
+        }
+        const E* vb = v + j0 * row;
+        for (index c = 0; c < bc * row; c += 2 * W) {  // p·v: each value meets the 4 probabilities
+          const B x = gattn::simd::load_widened<Arch, S>(vb + c), y = gattn::simd::load_widened<Arch, S>(vb + c + W);
+          acc[0] = gattn::simd::fma(p0, x, acc[0]);
+          acc[1] = gattn::simd::fma(p1, x, acc[1]);
+          acc[2] = gattn::simd::fma(p2, x, acc[2]);
+          acc[3] = gattn::simd::fma(p3, x, acc[3]);
+          acc[4] = gattn::simd::fma(p0, y, acc[4]);
+          acc[5] = gattn::simd::fma(p1, y, acc[5]);
+          acc[6] = gattn::simd::fma(p2, y, acc[6]);
+          acc[7] = gattn::simd::fma(p3, y, acc[7]);
+        }
+      }
+      B sum(0.0f);
+      for (const B& a : acc) sum += a;
+      total += gattn::simd::hadd(sum);
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  st.counters["GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["ns_per_key_head"] = benchmark::Counter(double(keys * heads) * 1e-9,
+                                                      benchmark::Counter::kIsIterationInvariantRate |
+                                                          benchmark::Counter::kInvert);
+}
+
 int register_all() {
   benchmark::AddCustomContext("gattn_arch", gattn::default_arch_name());
   benchmark::AddCustomContext("gattn_simd_width", std::to_string(gattn::simd::width<gattn::default_arch>));
@@ -305,6 +387,17 @@ int register_all() {
     benchmark::RegisterBenchmark((std::string("kernel/D1hot/") + variant + "/t:1").c_str(), bm_kernel,
                                  gattn_bench::k_d1_hot, std::string(variant), 1)
         ->UseRealTime()->Unit(benchmark::kMicrosecond);
+  // The floor under D1's exact kernel, cold and hot, in fp32 and bf16 (bm_decode_floor).
+  for (const shape* s : {gattn_bench::find_shape("D1"), &gattn_bench::k_d1_hot})
+    for (int t : {1, 2}) {
+      if (s->hot && t != 1) continue;
+      const std::string at = std::string("limits/") + (s->hot ? "D1hot" : "D1") + "_floor/";
+      const std::string th = "/t:" + std::to_string(t);
+      benchmark::RegisterBenchmark((at + "f32" + th).c_str(), bm_decode_floor<gattn::storage_type::f32>, *s, t)
+          ->UseRealTime()->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark((at + "bf16" + th).c_str(), bm_decode_floor<gattn::storage_type::bf16>, *s, t)
+          ->UseRealTime()->Unit(benchmark::kMicrosecond);
+    }
   // The vendor-dependent choices forced each way (README: they measured opposite on AMD and Intel).
   const std::pair<const char*, gattn::kernel_choice> choices[] = {{"always", gattn::kernel_choice::always},
                                                                   {"never", gattn::kernel_choice::never}};
