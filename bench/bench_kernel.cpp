@@ -2,7 +2,8 @@
 // for P1, P2, D1, M1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
 // tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
 // limits/gemm/t:<n> (Eigen GEMM), limits/read/t:<n> (read bandwidth over 2 GiB) and
-// limits/fma/t:<n> (the FMA peak of register-only chains).
+// limits/fma/t:<n> (the FMA peak of register-only chains), and limits/D1_floor/{f32,bf16}/t:<n> and
+// limits/D1hot_floor/{f32,bf16}/t:1 (D1's cache reads and FMAs alone, cold and hot: bm_decode_floor).
 // M1 (MLA absorbed decode): one latent KV head of d_qk = 576 (512 + 64 rope) per token, v = the
 // first 512 channels of the same rows (aliasing), 16 query heads. Its `unfused` variant is the
 // expanded, non-absorbed decode: per call, k_nope and v of every head are rebuilt from the latent
@@ -285,15 +286,16 @@ void bm_decode_floor(benchmark::State& st, const shape& s, int threads) {
   using B = gattn::simd::batch<float, Arch>;
   constexpr index W = index(B::size);
   const index g = s.hq / s.hkv, d = s.d, keys = s.t_k, heads = s.hkv, bc = 32;
-  if (g != 4 || d % (2 * W) != 0 || keys % (bc * threads) != 0) {
-    st.SkipWithError("the decode floor is written for G = 4 and d a multiple of two vectors");
+  if (g != 4 || d % (2 * W) != 0 || d > 512 || keys % (bc * threads) != 0) {
+    st.SkipWithError("the decode floor is written for G = 4, d <= 512 a multiple of two vectors, 32 keys per thread");
     return;
   }
   const std::size_t one = std::size_t(keys * heads * d);  // elements of K (or V) of one cache
   const double bytes = 2.0 * double(one) * double(sizeof(E));
   const std::size_t copies =
       s.hot ? 1 : std::max<std::size_t>(2, std::size_t(std::ceil(2.0 * 64.0 * 1024 * 1024 / bytes)));
-  static gattn::streamed_vector<E> buf;  // one floor runs at a time; re-filled when the size changes
+  static gattn::streamed_vector<E> bufs[2];  // cold and hot, kept across the interleaved runs
+  gattn::streamed_vector<E>& buf = bufs[s.hot ? 1 : 0];
   if (buf.size() != 2 * one * copies) buf.assign(2 * one * copies, E(S == gattn::storage_type::f32 ? 1 : 0x3f80));
   alignas(64) float q[4 * 512];
   for (index i = 0; i < 4 * d; ++i) q[i] = 1e-4f * float(i % 7);

@@ -2,6 +2,7 @@
 """Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the BENCH.md ratios.
 
 Usage: scripts/bench_report.py RESULTS.json > table.md
+       scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the issues' targets, a column per run)
 
 ab/<shape>/<gated>_vs_<plain>/t:<n> (bench_ab.cpp, the interleaved in-process A/B) report counters
 rather than a time: their cells show the gated and plain medians and the paired overhead.
@@ -18,6 +19,8 @@ AB_COUNTERS = ("overhead_pct", "gated_ms", "plain_ms", "pairs", "overhead_p25_pc
 
 def medians(path):
     data = json.load(open(path))
+    if "benchmarks" not in data:  # a file of several runs ({"note", "run1", "run2"}): the first
+        data = data["run1"]
     out = {}
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
@@ -108,6 +111,13 @@ def main():
     def lp_time(shape, dtype, t):
         return get(f"kernel/{shape}/g1_elementwise_{dtype}/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms")
     ratio_row("D1 bf16 / D1 fp32 time", lambda t: lp_time("D1", "bf16", t), "≤ 0.55")
+    # limits/D1_floor (bench_kernel.cpp): D1's reads in address order with the kernel's FMAs and
+    # nothing else; its bf16/fp32 ratio is as low as an exact kernel's can go on this machine.
+    def floor(dtype, t):
+        return get(f"limits/D1_floor/{dtype}/t:{t}", "ms")
+    ratio_row("D1 floor bf16 / floor fp32 time (limits/D1_floor)", lambda t: floor("bf16", t) / floor("f32", t), "")
+    ratio_row("D1 bf16 kernel / its floor", lambda t: get(f"kernel/D1/g1_elementwise_bf16/t:{t}", "ms") / floor("bf16", t), "")
+    ratio_row("D1 fp32 kernel / its floor", lambda t: get(f"kernel/D1/g1_elementwise/t:{t}", "ms") / floor("f32", t), "")
     ratio_row("D1 f16 / D1 fp32 time", lambda t: lp_time("D1", "f16", t), "≤ 0.55")
     ratio_row("M1 bf16 / M1 fp32 time (exact numerics)", lambda t: lp_time("M1", "bf16", t), "≤ 0.9")
     ratio_row("M1 bf16 fast / M1 fp32 time (fast numerics: vdpbf16ps)", lambda t: lp_time("M1", "bf16_fast", t), "≤ 0.55")
@@ -123,5 +133,55 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
 
 
+# The open issues' targets (#10, #11) as (label, function of (medians, t), target, is_met).
+def target_rows():
+    def ms(m, name):
+        return m[name]["ms"]
+    def lp(shape, dtype):
+        return lambda m, t: ms(m, f"kernel/{shape}/g1_elementwise_{dtype}/t:{t}") / ms(m, f"kernel/{shape}/g1_elementwise/t:{t}")
+    at_most = lambda lim: (lambda v: v <= lim)
+    return [
+        ("D1 bf16 / fp32 time", lp("D1", "bf16"), "≤ 0.55", at_most(0.55)),
+        ("M1 bf16 exact / fp32 time", lp("M1", "bf16"), "≤ 0.9", at_most(0.9)),
+        ("M1 bf16 fast / fp32 time", lp("M1", "bf16_fast"), "≤ 0.55", at_most(0.55)),
+        ("P1 bf16 / fp32 time", lp("P1", "bf16"), "≤ 1.1", at_most(1.1)),
+        ("L1D bf16 / fp32 layer time",
+         lambda m, t: ms(m, f"layer/L1D/g1_elementwise_bf16/t:{t}") / ms(m, f"layer/L1D/g1_elementwise/t:{t}"), "≤ 0.6",
+         at_most(0.6)),
+        ("ab/P1 gate overhead", lambda m, t: m[f"ab/P1/g1_elementwise_vs_plain/t:{t}"]["overhead_pct"] / 100, "≤ 0.01",
+         at_most(0.01)),
+        ("ab/D1 gate overhead", lambda m, t: m[f"ab/D1/g1_elementwise_vs_plain/t:{t}"]["overhead_pct"] / 100, "≤ 0.03",
+         at_most(0.03)),
+        ("BD32 / BD1 tokens/s (bf16)",
+         lambda m, t: 32 * ms(m, f"layer/BD1/g1_elementwise_bf16/t:{t}") / ms(m, f"layer/BD32/g1_elementwise_bf16/t:{t}"),
+         "≥ 3", lambda v: v >= 3),
+        ("BD32 bf16 GFLOP/s / limits/fma",
+         lambda m, t: m[f"layer/BD32/g1_elementwise_bf16/t:{t}"]["GFLOPS"] / m[f"limits/fma/t:{t}"]["GFLOPS"], "≥ 0.5",
+         lambda v: v >= 0.5),
+    ]
+
+
+def targets(paths):
+    runs = [medians(p)[1] for p in paths]
+    print("| target (t:1; t:2 in brackets) | " + " | ".join(re.sub(r".*bench_results_?|\.json$", "", p) or p for p in paths)
+          + " | goal |")
+    print("|---|" + "---|" * len(paths) + "---|")
+    for label, f, goal, met in target_rows():
+        cells = []
+        for m in runs:
+            vals = []
+            for t in (1, 2):
+                try:
+                    v = f(m, t)
+                    vals.append(f"{v:.2f}" + ("" if met(v) else "✗"))
+                except (KeyError, ZeroDivisionError):
+                    vals.append("")
+            cells.append(vals[0] + (f" ({vals[1]})" if vals[1] else "") if vals[0] else "—")
+        print(f"| {label} | " + " | ".join(cells) + f" | {goal} |")
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) > 2 and sys.argv[1] == "--targets":
+        targets(sys.argv[2:])
+    else:
+        main()
