@@ -1,6 +1,7 @@
-// The cache stream's prefetch schedule: for every layout the shares of one token group cover
-// exactly the lines of the slices the kernel reads `ahead` tokens later, in address order, and
-// never reach past the view. (A head-major view once made every call walk the whole cache.)
+// The cache stream's prefetch schedules: for every layout the shares of one token group (prefill)
+// cover exactly the lines of the slices the kernel reads `ahead` tokens later, in address order,
+// and one head's slice lines (decode) exactly that head's slices; neither reaches past the view.
+// (A head-major view once made every call walk the whole cache.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,7 +94,60 @@ void check_shares(const layout& l) {
   }
 }
 
+// Lines of head h's slices of tokens [t0, t0 + n).
+template <class T>
+std::set<std::uintptr_t> head_lines(const T* base, const layout& l, index h, index t0, index n) {
+  std::set<std::uintptr_t> lines;
+  for (index t = t0; t < t0 + n; ++t) {
+    const T* slice = base + t * l.token_stride + h * l.head_stride;
+    for (index c = 0; c < l.d; ++c) lines.insert(reinterpret_cast<std::uintptr_t>(slice + c) & ~std::uintptr_t(63));
+  }
+  return lines;
+}
+
+// The decode path's prefetch (for_each_slice_line): head h's slices of the n tokens `ahead` later,
+// no other line, none past the view, token by token.
+template <class T>
+void check_slice_lines(const layout& l) {
+  const index t_k = 50;
+  const index elements = (t_k - 1) * l.token_stride + (l.heads - 1) * l.head_stride + l.d;
+  std::vector<T> cache(std::size_t(elements) + 16);
+  const T* base = cache.data() + 3;
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + elements);
+  const index heads = l.head_stride == 0 ? 1 : l.heads;
+  for (index ahead_bytes : {index(0), index(4096), index(1) << 17}) {
+    const cache_stream s(base, l.token_stride, l.heads, l.head_stride, l.d, t_k, ahead_bytes);
+    for (index t : {index(0), index(7), index(44), index(49)})
+      for (index n : {index(1), index(4), index(8)})
+        for (index h = 0; h < heads; ++h) {
+          std::set<std::uintptr_t> got;
+          std::uintptr_t previous = 0;
+          std::size_t visits = 0;
+          s.for_each_slice_line(t, n, h, [&](const char* line) {
+            const auto a = reinterpret_cast<std::uintptr_t>(line);
+            EXPECT_EQ(a % 64, 0u);
+            EXPECT_GE(a, lo);
+            EXPECT_LT(a, hi);
+            EXPECT_GE(a + 64, previous) << l.name;  // one head's slices ascend with the token
+            previous = std::max(previous, a);
+            got.insert(a);
+            ++visits;
+          });
+          const index t0 = t + s.ahead, in_view = std::max<index>(0, std::min(n, t_k - t0));
+          const std::set<std::uintptr_t> want = head_lines(base, l, h, t0, in_view);
+          EXPECT_EQ(got, want) << l.name << " t=" << t << " n=" << n << " h=" << h;
+          EXPECT_LE(visits, want.size() + std::size_t(in_view)) << l.name;
+        }
+  }
+}
+
 TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) { check_shares<float>(GetParam()); }
+
+TEST_P(CacheStream, SliceLinesAreOneHeadsSlicesAhead) {
+  check_slice_lines<float>(GetParam());
+  check_slice_lines<std::uint16_t>(GetParam());
+}
 
 TEST_P(CacheStream, TwoByteElementsCoverTheirOwnBytes) { check_shares<std::uint16_t>(GetParam()); }
 
@@ -129,6 +183,47 @@ void check_paged_shares(index block_size) {
             }
           EXPECT_EQ(got, want) << "block_size=" << block_size << " t=" << t << " n=" << n << " parts=" << parts;
         }
+  }
+}
+
+// The decode path's prefetch through a shuffled block table: head h's slices of the tokens ahead.
+template <class T>
+void check_paged_slice_lines(index block_size) {
+  const index heads = 4, d = 24, token_stride = heads * d, t_k = 45;
+  const index blocks = (t_k + block_size - 1) / block_size, block_stride = block_size * token_stride;
+  std::vector<std::int32_t> table(static_cast<std::size_t>(blocks));
+  for (index b = 0; b < blocks; ++b) table[std::size_t(b)] = std::int32_t((b * 7 + 3) % (blocks + 2));
+  std::vector<T> pool(std::size_t((blocks + 2) * block_stride) + 16);
+  const T* base = pool.data() + 5;
+  const std::uintptr_t lo = reinterpret_cast<std::uintptr_t>(base) & ~std::uintptr_t(63);
+  const std::uintptr_t hi = reinterpret_cast<std::uintptr_t>(base + (blocks + 2) * block_stride);
+  for (index ahead_bytes : {index(0), index(1000), index(1) << 17}) {
+    const cache_stream s =
+        cache_stream(base, token_stride, heads, d, d, t_k, ahead_bytes).with_blocks(table.data(), block_size, block_stride);
+    for (index t : {index(0), index(5), index(30), index(44)})
+      for (index n : {index(1), index(4), index(8)})
+        for (index h = 0; h < heads; ++h) {
+          std::set<std::uintptr_t> got, want;
+          s.for_each_slice_line(t, n, h, [&](const char* line) {
+            const auto a = reinterpret_cast<std::uintptr_t>(line);
+            EXPECT_GE(a, lo);
+            EXPECT_LT(a, hi);
+            got.insert(a);
+          });
+          for (index tok = t + s.ahead; tok < std::min(t + s.ahead + n, t_k); ++tok) {
+            const T* slice =
+                base + index(table[std::size_t(tok / block_size)]) * block_stride + (tok % block_size) * token_stride + h * d;
+            for (index c = 0; c < d; ++c) want.insert(reinterpret_cast<std::uintptr_t>(slice + c) & ~std::uintptr_t(63));
+          }
+          EXPECT_EQ(got, want) << "block_size=" << block_size << " t=" << t << " n=" << n << " h=" << h;
+        }
+  }
+}
+
+TEST(CacheStreamPaged, SliceLinesFollowTheBlockTable) {
+  for (index block_size : {index(1), index(3), index(16), index(64)}) {
+    check_paged_slice_lines<float>(block_size);
+    check_paged_slice_lines<std::uint16_t>(block_size);
   }
 }
 

@@ -44,9 +44,10 @@ namespace detail {
 // cache here: each microkernel call reads one head's slice of several tokens), 10 GB/s reading
 // 4 rows of 512 B interleaved inside one page, 16-23 GB/s alternating two sequential buffers every
 // 16 KiB (K then V). Register blocking needs such interleaving (O stays in registers only while
-// a head's slice of several tokens is read), so both loops walk a software prefetch through the
-// K and V slices in address order, one key block ahead, a share per call (cache_stream): D1 went
-// from about 5 ms to about 3.5 ms at one thread (AMD Zen 5). On Intel Emerald Rapids the same
+// a head's slice of several tokens is read), so each microkernel call prefetches the slices it
+// will read `ahead` tokens (128 KiB) later (cache_stream::prefetch_slices): D1 went from about 5
+// ms to about 3.5 ms at one thread (AMD Zen 5) with address-ordered shares of each token group,
+// and 20-24% below that with each call's own slices. On Intel Emerald Rapids the (share)
 // prefetch cost time (D1 fp32 4.3-4.9 ms with it, 3.2-3.4 without: its prefetchers already keep
 // the rate), so it runs where it paid (core/cpu.hpp, decode_prefetch_wanted). Reading strictly in address order instead
 // (scores token by token, P·V with O in L1) was slower: O's loads and stores made P·V
@@ -258,7 +259,7 @@ inline void decode_scores(const sdpa_params& p, const decode_plan& pl, const dec
   };
   for (index t0 = 0; t0 < nk; t0 += qk_keys) {
     for (index r = 0; r < p.kv_heads; ++r) {
-      k_stream.prefetch_share(j0 + t0, std::min(qk_keys, nk - t0), r, p.kv_heads);  // this head's share
+      k_stream.prefetch_slices(j0 + t0, std::min(qk_keys, nk - t0), r);  // what this call reads `ahead` later
       for (index t = 0; t < qk_keys; ++t) kp[t] = key_row<S>(p, j0 + std::min(t0 + t, nk - 1), r);
       index m = 0;
       for (; m + 4 <= R && qk_keys * 4 <= NA; m += 4) call(4, r * R + m, t0);
@@ -327,7 +328,7 @@ inline void decode_pv(const sdpa_params& p, const decode_plan& pl, const decode_
   for (index g0 = 0, ng = 0; g0 < nk; g0 += ng) {
     ng = keys_in_block(p, j0 + g0, std::min(tg, nk - g0));  // paged: the V rows of one block
     for (index r = 0; r < p.kv_heads; ++r) {
-      if (!v_in_k) v_stream.prefetch_share(j0 + g0, ng, r, p.kv_heads);
+      if (!v_in_k) v_stream.prefetch_slices(j0 + g0, ng, r);
       const float* alpha = g0 == 0 ? sc.alpha + r * R : nullptr;
       if constexpr (Dot) {
         index vis[64];

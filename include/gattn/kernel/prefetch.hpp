@@ -104,9 +104,9 @@ struct cache_stream {
     const index s_begin = part * total / parts;
     if (dense_rows()) {
       // Token rows back to back (within a block, when paged): the share is one run of bytes per
-      // block it touches, and no slice is visited. With the general walk below the prefetch
-      // cost 4.5 of D1's 25 ns per token and head (bf16, cache hot in L2); this way it costs
-      // about 2, and a cold D1 in bf16 ran 6% faster.
+      // block it touches, and no slice is visited. (When the decode path still prefetched by
+      // shares, the general walk below cost 4.5 of D1's 25 ns per token and head, bf16 hot in L2;
+      // this way about 2.)
       for (index s = s_begin; s < s_end;) {
         const index tok = t0 + s / heads;
         const index piece_tokens = table ? block_size - tok % block_size : n;
@@ -140,6 +140,24 @@ struct cache_stream {
       run_len = slice_bytes;
     }
     if (run != nullptr) flush();
+  }
+
+  /// Calls f(line) for the lines of head h's slices of the n tokens from t + ahead (those that
+  /// exist), token by token: the slices a decode call that reads head h of tokens [t, t + n) reads
+  /// `ahead` tokens later, in the order it will read them.
+  template <class F>
+  void for_each_slice_line(index t, index n, index h, F&& f) const {
+    const index first = t + ahead, end = std::min(first + n, tokens);
+    for (index u = first; u < end; ++u) lines(token_address(u) + h * head_bytes, slice_bytes, f);
+  }
+
+  /// Prefetches (into L2) head h's slices of the n tokens from t + ahead (for_each_slice_line).
+  /// The decode path takes this per microkernel call; prefetching the same bytes as address-ordered
+  /// shares of the token group instead (prefetch_share) left D1 20-24% slower on the BENCH.md
+  /// machine (in-process A/B, bf16 and fp32): the lines then arrived in an order the calls do not
+  /// read them in.
+  void prefetch_slices(index t, index n, index h) const {
+    for_each_slice_line(t, n, h, [](const char* line) { prefetch_l2(line); });
   }
 
   /// Prefetches (into L2) share `part` of `parts` of the slices of the n tokens from t + ahead.
