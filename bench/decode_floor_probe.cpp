@@ -32,21 +32,43 @@ constexpr long line = 64 / long(sizeof(E));
 static_assert(d % (2 * W) == 0, "two vectors per step");
 
 enum class order { address, kernel };
-enum class prefetch { none, per_slice, per_call };
+enum class prefetch { none, per_slice, per_call, own_slices };
 struct variant {
   const char* name;
   order ord;
   prefetch pf;
   int idle;
+  bool side_by_side = false;  // kernel order: a call's slices read side by side
 };
 
 alignas(64) float q[4 * d];
+
+void prefetch_run(const E* base, long from, long n) {  // elements [from, from + n) of a cache, if they exist
+  for (long e = from; e < std::min(from + n, cache); e += line) __builtin_prefetch(base + e, 0, 1);
+}
 
 /// The kernel's FMAs on one slice (d values of one key and head): each value meets 4 query rows.
 struct accumulators {
   B a[8];
   accumulators() {
     for (B& x : a) x = B(0.0f);
+  }
+  /// The same FMAs on n slices read side by side, a step of each in turn (how the kernel's
+  /// microkernels read their keys).
+  void interleaved(const E* const* p, long n, const E* pf_base = nullptr, long pf_from = 0, long pf_n = 0) {
+    const long steps = d / (2 * W), per_step = (pf_n + steps - 1) / steps;
+    for (long c = 0; c < d; c += 2 * W) {
+      if (pf_base) prefetch_run(pf_base, pf_from + c / (2 * W) * per_step, std::min(per_step, pf_n - c / (2 * W) * per_step));
+      for (long i = 0; i < n; ++i) {
+        const B x = gattn::simd::load_widened<Arch, gattn::storage_type::bf16>(p[i] + c);
+        const B y = gattn::simd::load_widened<Arch, gattn::storage_type::bf16>(p[i] + c + W);
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          a[g] = gattn::simd::fma(gattn::simd::load<Arch>(q + g * d + c), x, a[g]);
+          a[4 + g] = gattn::simd::fma(gattn::simd::load<Arch>(q + g * d + c + W), y, a[4 + g]);
+        }
+      }
+    }
   }
   void slice(const E* p) {
 #pragma GCC unroll 4
@@ -62,9 +84,6 @@ struct accumulators {
   }
 };
 
-void prefetch_run(const E* base, long from, long n) {  // elements [from, from + n) of a cache, if they exist
-  for (long e = from; e < std::min(from + n, cache); e += line) __builtin_prefetch(base + e, 0, 1);
-}
 
 /// One phase (K or V) of a key block j0: `group` keys of one head per call in the kernel's order.
 void phase(const variant& v, const E* x, long j0, long group, accumulators& acc) {
@@ -79,6 +98,17 @@ void phase(const variant& v, const E* x, long j0, long group, accumulators& acc)
   for (long t0 = 0; t0 < block; t0 += group)
     for (long r = 0; r < heads; ++r) {
       if (v.pf == prefetch::per_call) prefetch_run(x, b0 + t0 * row + ahead + r * group * d, group * d);
+      if (v.side_by_side) {
+        const E* slices[8];
+        for (long i = 0; i < group; ++i) slices[i] = x + b0 + (t0 + i) * row + r * d;
+        if (v.pf == prefetch::own_slices)  // the slices this call reads `ahead` later, at once
+          for (long i = 0; i < group; ++i) prefetch_run(x, b0 + (t0 + i) * row + r * d + ahead, d);
+        if (v.pf == prefetch::per_slice)  // paced: the call's share spread over its steps
+          acc.interleaved(slices, group, x, b0 + t0 * row + ahead + r * group * d, group * d);
+        else
+          acc.interleaved(slices, group);
+        continue;
+      }
       for (long i = 0; i < group; ++i) {
         const long off = b0 + (t0 + i) * row + r * d;
         if (v.pf == prefetch::per_slice) prefetch_run(x, off + ahead, d);
@@ -115,6 +145,9 @@ int main(int argc, char** argv) {
       {"address order, no prefetch, idle 1500", order::address, prefetch::none, 1500},
       {"address order, prefetch per slice, idle 1500", order::address, prefetch::per_slice, 1500},
       {"kernel order, prefetch per call, idle 1500", order::kernel, prefetch::per_call, 1500},
+      {"kernel order side by side, prefetch per call", order::kernel, prefetch::per_call, 0, true},
+      {"kernel order side by side, prefetch paced", order::kernel, prefetch::per_slice, 0, true},
+      {"kernel order side by side, prefetch own slices", order::kernel, prefetch::own_slices, 0, true},
   };
   constexpr int n_variants = int(sizeof(variants) / sizeof(variants[0]));
   constexpr long copies = 8;  // 8 × (K + V) of 16 MiB each: 256 MiB, 8× the L3

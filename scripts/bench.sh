@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the benchmarks behind the open issues' targets, as the README's Performance section reports them:
 #
-#   scripts/bench.sh OUT.json            # about 20 minutes on the 2-core development VM
+#   scripts/bench.sh OUT.json            # 5-10 minutes on the 2-core development VM, plus the build
 #
 # Builds gattn_bench in build/ (Release, GATTN_SIMD=native, the tree scripts/test.sh and
 # scripts/demo.sh share), runs the machine limits and every benchmark a target of #10/#11 names at

@@ -17,10 +17,17 @@ AB_COUNTERS = ("overhead_pct", "gated_ms", "plain_ms", "pairs", "overhead_p25_pc
                "cpu_overhead_pct", "clean_pairs", "clean_overhead_pct")
 
 
-def medians(path):
+def runs_of(path):
+    """The runs a results file holds: itself, or its run1, run2, ... ({"note", "run1", ...})."""
     data = json.load(open(path))
-    if "benchmarks" not in data:  # a file of several runs ({"note", "run1", "run2"}): the first
-        data = data["run1"]
+    if "benchmarks" in data:
+        return [data]
+    return [data[k] for k in sorted(k for k in data if re.fullmatch(r"run\d+", k))]
+
+
+def medians(path, data=None):
+    if data is None:
+        data = runs_of(path)[0]
     out = {}
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
@@ -162,18 +169,23 @@ def target_rows():
 
 
 def targets(paths):
-    runs = [medians(p)[1] for p in paths]
-    print("| target (t:1; t:2 in brackets) | " + " | ".join(re.sub(r".*bench_results_?|\.json$", "", p) or p for p in paths)
-          + " | goal |")
-    print("|---|" + "---|" * len(paths) + "---|")
+    runs, labels = [], []
+    for p in paths:
+        name = re.sub(r"^.*?(session\d+).*$", r"\1", re.sub(r"\.json$", "", p.split("/")[-1]))
+        for i, data in enumerate(runs_of(p)):
+            runs.append(medians(p, data)[1])
+            labels.append(name + (f" run {i + 1}" if i else ""))
+    print("| target (t:1; t:2 in brackets) | " + " | ".join(labels) + " | goal |")
+    print("|---|" + "---|" * len(labels) + "---|")
     for label, f, goal, met in target_rows():
+        digits = 3 if label.startswith("ab/") else 2
         cells = []
         for m in runs:
             vals = []
             for t in (1, 2):
                 try:
                     v = f(m, t)
-                    vals.append(f"{v:.2f}" + ("" if met(v) else "✗"))
+                    vals.append(f"{v:.{digits}f}" + ("" if met(v) else "✗"))
                 except (KeyError, ZeroDivisionError):
                     vals.append("")
             cells.append(vals[0] + (f" ({vals[1]})" if vals[1] else "") if vals[0] else "—")
