@@ -47,7 +47,7 @@ namespace detail {
 // a head's slice of several tokens is read), so each microkernel call prefetches the slices it
 // will read `ahead` tokens (128 KiB) later (cache_stream::prefetch_slices): D1 went from about 5
 // ms to about 3.5 ms at one thread (AMD Zen 5) with address-ordered shares of each token group,
-// and 20-24% below that with each call's own slices. On Intel Emerald Rapids the (share)
+// and another 10-24% (by the measure) with each call's own slices. On Intel Emerald Rapids the (share)
 // prefetch cost time (D1 fp32 4.3-4.9 ms with it, 3.2-3.4 without: its prefetchers already keep
 // the rate), so it runs where it paid (core/cpu.hpp, decode_prefetch_wanted). Reading strictly in address order instead
 // (scores token by token, P·V with O in L1) was slower: O's loads and stores made P·V

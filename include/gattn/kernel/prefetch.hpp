@@ -152,10 +152,10 @@ struct cache_stream {
   }
 
   /// Prefetches (into L2) head h's slices of the n tokens from t + ahead (for_each_slice_line).
-  /// The decode path takes this per microkernel call; prefetching the same bytes as address-ordered
-  /// shares of the token group instead (prefetch_share) left D1 20-24% slower on the BENCH.md
-  /// machine (in-process A/B, bf16 and fp32): the lines then arrived in an order the calls do not
-  /// read them in.
+  /// The decode path takes this per microkernel call. Prefetching the same bytes as address-ordered
+  /// shares of the token group instead (prefetch_share) left D1 slower on the BENCH.md machine, in
+  /// bf16 and fp32: by 21-24% in an in-process A/B, by about 10% between benchmark binaries. The
+  /// lines then arrive in an order the calls do not read them in.
   void prefetch_slices(index t, index n, index h) const {
     for_each_slice_line(t, n, h, [](const char* line) { prefetch_l2(line); });
   }
