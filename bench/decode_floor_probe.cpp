@@ -1,10 +1,14 @@
 // The probe behind the README's "What bounds the decode targets": the loop of limits/D1_floor
 // (bench_kernel.cpp: D1's bf16 K and V read once, the kernel's FMAs, nothing else) run over caches
-// that rotate through 256 MiB, with three things varied one at a time:
+// that rotate through 256 MiB, with these varied one at a time:
 //   order     address: each key block's K, then its V, in address order;
 //             kernel:  the decode kernel's order (4 keys of one head at a time for K, 8 for V);
-//   prefetch  none, per slice (each slice's lines 128 KiB ahead, just before it is read), or
-//             per call (a microkernel call's share at once, as kernel/prefetch.hpp issues it);
+//   prefetch  none; per slice (each slice's lines 128 KiB ahead, just before it is read); per call
+//             (a microkernel call's address-ordered share at once, the scheme before session 12);
+//             paced (that share spread over the call's steps); own slices (the slices the call
+//             itself reads 128 KiB later, at once: cache_stream::prefetch_slices, the scheme now);
+//   side by side: in the kernel's order, a call's slices read a step of each in turn, as the
+//             microkernels read them, instead of one after another;
 //   idle      dependent FMAs between each block's K and V (work that issues no loads, like the
 //             softmax), 4 cycles each.
 // Prints the median time of each variant over rounds that alternate them.
@@ -32,7 +36,7 @@ constexpr long line = 64 / long(sizeof(E));
 static_assert(d % (2 * W) == 0, "two vectors per step");
 
 enum class order { address, kernel };
-enum class prefetch { none, per_slice, per_call, own_slices };
+enum class prefetch { none, per_slice, per_call, paced, own_slices };
 struct variant {
   const char* name;
   order ord;
@@ -103,7 +107,7 @@ void phase(const variant& v, const E* x, long j0, long group, accumulators& acc)
         for (long i = 0; i < group; ++i) slices[i] = x + b0 + (t0 + i) * row + r * d;
         if (v.pf == prefetch::own_slices)  // the slices this call reads `ahead` later, at once
           for (long i = 0; i < group; ++i) prefetch_run(x, b0 + (t0 + i) * row + r * d + ahead, d);
-        if (v.pf == prefetch::per_slice)  // paced: the call's share spread over its steps
+        if (v.pf == prefetch::paced)  // the call's share spread over its steps
           acc.interleaved(slices, group, x, b0 + t0 * row + ahead + r * group * d, group * d);
         else
           acc.interleaved(slices, group);
@@ -146,7 +150,7 @@ int main(int argc, char** argv) {
       {"address order, prefetch per slice, idle 1500", order::address, prefetch::per_slice, 1500},
       {"kernel order, prefetch per call, idle 1500", order::kernel, prefetch::per_call, 1500},
       {"kernel order side by side, prefetch per call", order::kernel, prefetch::per_call, 0, true},
-      {"kernel order side by side, prefetch paced", order::kernel, prefetch::per_slice, 0, true},
+      {"kernel order side by side, prefetch paced", order::kernel, prefetch::paced, 0, true},
       {"kernel order side by side, prefetch own slices", order::kernel, prefetch::own_slices, 0, true},
   };
   constexpr int n_variants = int(sizeof(variants) / sizeof(variants[0]));
