@@ -85,7 +85,10 @@ void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   auto finish_unit = [&](const detail::unit_scratch& sc, index r, index qb) {
     const index i0 = qb * pl.br;
     const index valid_rows = std::min(pl.br, p.t_q - i0) * pl.group;
+    auto prefetch_gate = [&](index m) { detail::prefetch_gate_row(p, i0 + m / pl.group, r * pl.group + m % pl.group); };
+    for (index m = 0; m < std::min(valid_rows, detail::gate_prefetch_rows); ++m) prefetch_gate(m);
     for (index m = 0; m < valid_rows; ++m) {
+      if (m + detail::gate_prefetch_rows < valid_rows) prefetch_gate(m + detail::gate_prefetch_rows);
       const index i = i0 + m / pl.group;
       const index h = r * pl.group + m % pl.group;
       const softmax_row sr{sc.m[m], sc.l[m], detail::visible_keys(p, i) > 0};

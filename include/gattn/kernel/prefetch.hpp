@@ -22,6 +22,17 @@ inline void prefetch_l2(const void* p) {
 #endif
 }
 
+/// Prefetches the line holding `p` into L1 (inline asm, as prefetch_l2).
+inline void prefetch_l1(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__aarch64__)
+  __asm__ volatile("prfm pldl1keep, [%0]" : : "r"(p));
+#else
+  __builtin_prefetch(p, 0, 3);
+#endif
+}
+
 /// The K or V cache as the kernel reads it: for token t and head h, a slice of d elements (fp32,
 /// or 2-byte bf16/f16: strides count elements, lines count bytes) at p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and
 /// head-major ones ([H, T, D], Hugging Face's) are both views of this kind.

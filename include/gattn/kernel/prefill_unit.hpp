@@ -217,18 +217,19 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
   }
 }
 
-/// Prefetches the gate scores of rows [m0, m1) of unit (r, qb): the epilogue reads them once, at
-/// the end of the unit, and they are cold in memory (an elementwise gate's scores are as large
-/// as the output). Waiting for them made an elementwise gate cost ~2.5% of P1 instead of ~0.5%.
-inline void prefetch_gate_rows(const sdpa_params& p, const sdpa_plan& pl, index r, index qb, index m0, index m1) {
+/// Output rows ahead of the epilogue whose gate scores it prefetches. An elementwise gate's scores
+/// are as large as the output and cold in memory (P1: 16 MiB, read once); asked for this many rows
+/// (64 lines) early, they arrive while the rows before them finish. Prefetched instead into L2
+/// during a unit's last key tiles, they cost P1 about 1.5% more (in-process A/B, session 13).
+inline constexpr index gate_prefetch_rows = 8;
+
+/// Prefetches the gate scores of output row i, head h into L1 (nothing without a gate).
+inline void prefetch_gate_row(const sdpa_params& p, index i, index h) {
   const sdpa_epilogue& e = p.epilogue;
   if (e.gate_scores == nullptr) return;
+  const char* u = reinterpret_cast<const char*>(e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride);
   const index bytes = (e.gate_headwise ? 1 : p.d_v) * index(sizeof(float));
-  for (index m = m0; m < m1; ++m) {
-    const index i = qb * pl.br + m / pl.group, h = r * pl.group + m % pl.group;
-    const char* u = reinterpret_cast<const char*>(e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride);
-    for (index b = 0; b < bytes; b += 64) prefetch_l2(u + b);
-  }
+  for (index b = 0; b < bytes; b += 64) prefetch_l1(u + b);
 }
 
 /// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
@@ -239,19 +240,7 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
   constexpr index bc = kernel_traits<Arch>::block_keys;
   const unit_info ui = unit_begin<Arch>(p, pl, sc, r, qb);
   const index kend = std::min(k_end, ui.max_lim);  // keys past every row's limit are never visible
-  const index tiles = kend > k_begin ? (kend - k_begin + bc - 1) / bc : 0;
-  // The epilogue's gate rows are prefetched during the last few tiles, a share per tile: earlier,
-  // the K/V stream would evict them from L2 again; all at once, the burst overflows the miss queue.
-  const index window = std::min<index>(tiles, 4);
-  index tile = 0, prefetched = 0;
-  for (index j0 = k_begin; j0 < kend; j0 += bc, ++tile) {
-    if (tile >= tiles - window) {
-      const index upto = ui.valid_rows * (tile - (tiles - window) + 1) / window;
-      prefetch_gate_rows(p, pl, r, qb, prefetched, upto);
-      prefetched = upto;
-    }
-    unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
-  }
+  for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
 }
 
 /// Epilogue of one output row: z = o·inv_l, RMSNorm, gate, then the single store to `dst`.
