@@ -1,0 +1,113 @@
+// The probe behind the README's BD32 evidence: the small GEMM over bf16 weights (gemm_packed, as
+// linear_map runs it in a batched decode step) on weight sets of different sizes, so that the
+// weights come from L1, L2 or DRAM, with the activations packed once and hot:
+//   l1     x [4, 1024],  W [12, 1024]:   24 KiB of weights and 16 KiB of x, called over and over;
+//   w_l2   x [4, 1024],  W [192, 1024]: 384 KiB of weights, streamed from L2;
+//   x_l2   x [32, 1024], W [12, 1024]:  128 KiB of x, streamed from L2;
+//   bd32   x [32, 2048], W [9216, 2048]: BD32's fused q/gate/k/v projection, 36 MiB (DRAM);
+// and an FMA loop with no memory traffic (limits/fma's) as the peak of the same run.
+// Variants alternate in rounds; prints each one's median GFLOP/s and its share of the peak.
+//   build/bench/gattn_gemm_probe [rounds]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "gattn/attention/weight_rows.hpp"
+#include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
+
+namespace {
+
+using Arch = gattn::default_arch;
+using gattn::index;
+using clock_type = std::chrono::steady_clock;
+
+struct problem {
+  const char* name;
+  index rows, in, out;
+  std::vector<std::uint16_t> w;  // bf16 [out, in]
+  std::vector<float> xp, y;      // packed x, y [rows, out]
+  int calls = 1;                 // per timed sample: about 2 GFLOP
+
+  problem(const char* n, index r, index i, index o) : name(n), rows(r), in(i), out(o) {
+    std::mt19937 g(1);
+    std::normal_distribution<float> nd;
+    std::vector<float> wf(std::size_t(in * out)), x(std::size_t(rows * in));
+    for (float& v : wf) v = nd(g);
+    for (float& v : x) v = nd(g);
+    w.resize(wf.size());
+    gattn::simd::narrow_bf16(wf.data(), w.data(), index(wf.size()));
+    xp.resize(std::size_t(rows * gattn::detail::gemm_packed_stride(in)) + 16);
+    gattn::detail::gemm_pack_x<Arch>(gattn::detail::gemm_order_for(gattn::storage_type::bf16), x.data(), in, rows, in,
+                                     xp.data());
+    y.resize(std::size_t(rows * out));
+    calls = std::max(1, int(2e9 / flops()));
+  }
+  double flops() const { return 2.0 * double(rows * in * out); }
+  double run() {
+    const auto t0 = clock_type::now();
+    for (int c = 0; c < calls; ++c)
+      gattn::detail::gemm_packed<Arch, gattn::storage_type::bf16>(reinterpret_cast<const unsigned char*>(w.data()),
+                                                                   in * 2, out, xp.data(), rows, in, y.data(), out);
+    return flops() * calls / std::chrono::duration<double>(clock_type::now() - t0).count();
+  }
+};
+
+/// FLOP/s of 16 independent FMA chains on registers (limits/fma's loop), about 1 GFLOP.
+double fma_peak() {
+  using B = gattn::simd::batch<float, Arch>;
+  constexpr int chains = 16;
+  constexpr long steps = 1 << 21;
+  B acc[chains], mul[chains];
+  const B add(1e-7f);
+  for (int c = 0; c < chains; ++c) {
+    acc[c] = B(0.001f * float(c));
+    mul[c] = B(0.9999f - 1e-5f * float(c));
+  }
+  const auto t0 = clock_type::now();
+  for (long i = 0; i < steps; ++i) {
+#pragma GCC unroll 16
+    for (int c = 0; c < chains; ++c) acc[c] = gattn::simd::fma(acc[c], mul[c], add);
+  }
+  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  B sum(0.0f);
+  for (int c = 0; c < chains; ++c) sum += acc[c];
+  volatile float sink = gattn::simd::hadd(sum);
+  (void)sink;
+  return 2.0 * double(B::size) * chains * double(steps) / s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
+  std::vector<problem> ps;
+  ps.emplace_back("l1", 4, 1024, 12);
+  ps.emplace_back("w_l2", 4, 1024, 192);
+  ps.emplace_back("x_l2", 32, 1024, 12);
+  ps.emplace_back("bd32", 32, 2048, 9216);
+  std::vector<std::vector<double>> rate(ps.size());
+  std::vector<double> peak;
+  for (int r = 0; r < rounds; ++r) {
+    peak.push_back(fma_peak());
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      problem& p = ps[(i + std::size_t(r)) % ps.size()];
+      rate[std::size_t(&p - ps.data())].push_back(p.run());
+    }
+  }
+  const double pk = median(peak);
+  std::printf("fma peak %.1f GFLOP/s (median of %d)\n", pk * 1e-9, rounds);
+  for (std::size_t i = 0; i < ps.size(); ++i)
+    std::printf("%-6s x [%ld, %ld] W [%ld, %ld] bf16 (%.0f KiB): %.1f GFLOP/s = %.2f of peak\n", ps[i].name,
+                long(ps[i].rows), long(ps[i].in), long(ps[i].out), long(ps[i].in),
+                double(ps[i].w.size()) * 2.0 / 1024.0, median(rate[i]) * 1e-9, median(rate[i]) / pk);
+  return 0;
+}
