@@ -219,8 +219,9 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
 
 /// Output rows ahead of the epilogue whose gate scores it prefetches. An elementwise gate's scores
 /// are as large as the output and cold in memory (P1: 16 MiB, read once); asked for this many rows
-/// (64 lines) early, they arrive while the rows before them finish. Prefetched instead into L2
-/// during a unit's last key tiles, they cost P1 about 1.5% more (in-process A/B, session 13).
+/// (64 lines) early, they arrive while the rows before them finish. Prefetched into L2 during a
+/// unit's last key tiles instead (the scheme before), the gate cost 0.2-1.5 points more of P1 in
+/// each of 5 in-process A/Bs.
 inline constexpr index gate_prefetch_rows = 8;
 
 /// Prefetches the gate scores of output row i, head h into L1 (nothing without a gate).
