@@ -37,6 +37,7 @@
 #endif
 
 #include "bench_shapes.hpp"
+#include "fma_chains.hpp"
 #include "gattn/core/cpu.hpp"
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/kernel.hpp"
@@ -205,36 +206,18 @@ void bm_gemm(benchmark::State& st, int threads) {
   st.counters["GFLOPS"] = benchmark::Counter(2.0 * double(n) * n * n / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-/// The FMA peak: 16 independent accumulator chains per thread, each with its own multiplier so
-/// the compiler cannot merge them, no memory traffic. The ceiling for compute-bound shapes (M1).
+/// The FMA peak: fma_chains on every thread (16 independent register chains, no memory traffic).
+/// The ceiling for compute-bound shapes (M1).
 void bm_fma(benchmark::State& st, int threads) {
-  using B = gattn::simd::batch<float, gattn::default_arch>;
-  constexpr int chains = 16;
   constexpr long steps = 1 << 22;
   for (auto _ : st) {
     float total = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : total)
-    {
-      B acc[chains], mul[chains];
-      const B add(1e-7f);
-#pragma GCC unroll 16
-      for (int c = 0; c < chains; ++c) {
-        acc[c] = B(0.001f * float(c));
-        mul[c] = B(0.9999f - 1e-5f * float(c));
-      }
-      for (long i = 0; i < steps; ++i) {
-#pragma GCC unroll 16
-        for (int c = 0; c < chains; ++c) acc[c] = gattn::simd::fma(acc[c], mul[c], add);
-      }
-      B sum(0.0f);
-#pragma GCC unroll 16
-      for (int c = 0; c < chains; ++c) sum += acc[c];
-      total += gattn::simd::hadd(sum);
-    }
+    total += gattn_bench::fma_chains(steps);
     benchmark::DoNotOptimize(total);
   }
-  const double flop = 2.0 * double(B::size) * chains * double(steps) * threads;
-  st.counters["GFLOPS"] = benchmark::Counter(flop / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOPS"] =
+      benchmark::Counter(gattn_bench::fma_chain_flops(steps) * threads / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void bm_read(benchmark::State& st, int threads) {

@@ -18,6 +18,7 @@
 #include "gattn/attention/weight_rows.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
+#include "fma_chains.hpp"
 
 namespace {
 
@@ -56,28 +57,13 @@ struct problem {
   }
 };
 
-/// FLOP/s of 16 independent FMA chains on registers (limits/fma's loop), about 1 GFLOP.
+/// FLOP/s of fma_chains (limits/fma's loop), about 1 GFLOP.
 double fma_peak() {
-  using B = gattn::simd::batch<float, Arch>;
-  constexpr int chains = 16;
   constexpr long steps = 1 << 21;
-  B acc[chains], mul[chains];
-  const B add(1e-7f);
-  for (int c = 0; c < chains; ++c) {
-    acc[c] = B(0.001f * float(c));
-    mul[c] = B(0.9999f - 1e-5f * float(c));
-  }
   const auto t0 = clock_type::now();
-  for (long i = 0; i < steps; ++i) {
-#pragma GCC unroll 16
-    for (int c = 0; c < chains; ++c) acc[c] = gattn::simd::fma(acc[c], mul[c], add);
-  }
-  const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-  B sum(0.0f);
-  for (int c = 0; c < chains; ++c) sum += acc[c];
-  volatile float sink = gattn::simd::hadd(sum);
+  volatile float sink = gattn_bench::fma_chains(steps);
   (void)sink;
-  return 2.0 * double(B::size) * chains * double(steps) / s;
+  return gattn_bench::fma_chain_flops(steps) / std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
 double median(std::vector<double> v) {
@@ -99,8 +85,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     peak.push_back(fma_peak());
     for (std::size_t i = 0; i < ps.size(); ++i) {
-      problem& p = ps[(i + std::size_t(r)) % ps.size()];
-      rate[std::size_t(&p - ps.data())].push_back(p.run());
+      const std::size_t j = (i + std::size_t(r)) % ps.size();  // each round starts one later
+      rate[j].push_back(ps[j].run());
     }
   }
   const double pk = median(peak);
