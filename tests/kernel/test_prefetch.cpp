@@ -146,6 +146,37 @@ void check_slice_lines(const layout& l) {
   });
 }
 
+// A decode range from token t: its start (the `ahead` tokens no call of the range prefetches) in
+// address order, and with the calls' own slices `ahead` later, every line of the range exactly.
+template <class T>
+void check_range_start(const layout& l) {
+  const flat_cache<T> fc(l);
+  fc.each_case(l, [&](const cache_stream& s, index t, index) {
+    std::set<std::uintptr_t> got;
+    std::uintptr_t previous = 0;
+    s.for_each_range_start_line(t, [&](const char* line) {
+      const auto a = reinterpret_cast<std::uintptr_t>(line);
+      EXPECT_EQ(a % 64, 0u);
+      EXPECT_GE(a, fc.lo);
+      EXPECT_LT(a, fc.hi);
+      EXPECT_GE(a + 64, previous) << l.name;
+      previous = std::max(previous, a);
+      got.insert(a);
+    });
+    const index in_view = std::min(s.ahead, fc.t_k - t);
+    EXPECT_EQ(got, expected_lines(fc.base, l, t, in_view)) << l.name << " t=" << t << " ahead=" << s.ahead;
+    for (index u = t; u < fc.t_k; ++u)  // calls of one key each, every head
+      for (index h = 0; h < (l.head_stride == 0 ? 1 : l.heads); ++h)
+        s.for_each_slice_line(u, 1, h, [&](const char* line) { got.insert(reinterpret_cast<std::uintptr_t>(line)); });
+    EXPECT_EQ(got, expected_lines(fc.base, l, t, fc.t_k - t)) << l.name << " t=" << t;
+  });
+}
+
+TEST_P(CacheStream, RangeStartAndSliceLinesCoverTheRange) {
+  check_range_start<float>(GetParam());
+  check_range_start<std::uint16_t>(GetParam());
+}
+
 TEST_P(CacheStream, SharesCoverExactlyTheSlicesAheadInAddressOrder) { check_shares<float>(GetParam()); }
 
 TEST_P(CacheStream, SliceLinesAreOneHeadsSlicesAhead) {
@@ -230,6 +261,31 @@ TEST(CacheStreamPaged, SliceLinesFollowTheBlockTable) {
   for (index block_size : {index(1), index(3), index(16), index(64)}) {
     check_paged_slice_lines<float>(block_size);
     check_paged_slice_lines<std::uint16_t>(block_size);
+  }
+}
+
+// A range's start through the block table: the slices of its first `ahead` tokens, in the pool.
+template <class T>
+void check_paged_range_start(index block_size) {
+  const paged_pool<T> pp(block_size);
+  pp.each_case([&](const cache_stream& s, index t, index) {
+    std::set<std::uintptr_t> got, want;
+    s.for_each_range_start_line(t, [&](const char* line) {
+      const auto a = reinterpret_cast<std::uintptr_t>(line);
+      EXPECT_GE(a, pp.lo);
+      EXPECT_LT(a, pp.hi);
+      got.insert(a);
+    });
+    for (index tok = t; tok < std::min(t + s.ahead, pp.t_k); ++tok)
+      for (index h = 0; h < pp.heads; ++h) pp.add_slice_lines(tok, h, want);
+    EXPECT_EQ(got, want) << "block_size=" << block_size << " t=" << t;
+  });
+}
+
+TEST(CacheStreamPaged, RangeStartFollowsTheBlockTable) {
+  for (index block_size : {index(1), index(3), index(16), index(64)}) {
+    check_paged_range_start<float>(block_size);
+    check_paged_range_start<std::uint16_t>(block_size);
   }
 }
 

@@ -358,7 +358,8 @@ inline void decode_pv(const sdpa_params& p, const decode_plan& pl, const decode_
 }
 
 /// One decode task: every row of every KV head over keys [k_begin, k_end), key block by key block,
-/// with a software prefetch (where it pays) walking the K and V slices in address order one block ahead. Leaves
+/// with a software prefetch (where it pays): the range's first `ahead` tokens at once, then each
+/// microkernel call's own slices `ahead` tokens later (cache_stream). Leaves
 /// the unnormalised O, m and l of all rows in the scratch.
 template <class Arch, storage_type S, bool Dot = false>
 inline void decode_range(const sdpa_params& p, const decode_plan& pl, const decode_scratch& sc, index k_begin,
@@ -373,6 +374,8 @@ inline void decode_range(const sdpa_params& p, const decode_plan& pl, const deco
                                     .with_blocks(p.block_table, p.block_size, p.v_block_stride)
                                     .enabled(pl.prefetch);
   const bool v_in_k = v_inside_k<S>(p);
+  k_stream.prefetch_range_start(k_begin);
+  if (!v_in_k) v_stream.prefetch_range_start(k_begin);
   for (index j0 = k_begin; j0 < k_end; j0 += pl.bc) {
     const index nk = std::min(pl.bc, k_end - j0);
     decode_scores<Arch, S, Dot>(p, pl, sc, k_stream, j0, nk);
