@@ -239,8 +239,9 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
     using A = decltype(arch);
     for (storage_type type : all_types)
       for (index in : {index(1), index(7), index(33), index(257), index(4096 + 37)})
-        for (index rows : {index(1), index(3), index(4), index(5), index(9)}) {
-          const index count = 11, x_stride = in + 3, y_stride = count + 2;
+        for (index rows : {index(1), index(3), index(4), index(5), index(9)})
+          for (index count : {index(11), detail::gemm_out_cols + 5}) {  // one staged panel of y, and two
+          const index x_stride = in + 3, y_stride = count + 2;
           const stored_weight w(type, count, in, 2, unsigned(in + rows));
           const weight_view v = w.view();
           const auto x = random_vector(std::size_t(rows * x_stride), 5);
@@ -260,14 +261,14 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
             }
             for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
           }
-        }
+          }
   });
 }
 
 TEST(ProjectionRows, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
   // Bit for bit: the summation order of a (weight row, x row) pair never depends on the block
   // shape (6 x 4 on AVX-512, 3 x 3 elsewhere, and every remainder), the number of x rows, the
-  // x-row chunks of gemm_max_x_rows, or the passes of gemm_pass values.
+  // x-row chunks of gemm_max_x_rows, the passes of gemm_pass values, or y's staged panels.
   // SSE4.2 has no FMA instruction: xsimd's fma is a·b + c there, which GCC contracts into an FMA
   // at some call sites and not others when the binary targets an FMA machine (this test binary; a
   // real SSE4.2 build cannot contract), so its bits may depend on the block shape.
@@ -276,7 +277,7 @@ TEST(ProjectionRows, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
     if (std::is_same<A, xsimd::sse4_2>::value) return;
     for (storage_type type : all_types)
       for (index in : {index(5), index(45), index(2 * detail::gemm_pass + 37)})
-        for (index count : {index(1), index(5), index(7), index(13)})
+        for (index count : {index(1), index(5), index(7), index(13), 2 * detail::gemm_out_cols + 1})
           for (index rows : {index(2), index(5), index(7), index(11), index(detail::gemm_max_x_rows + 3)}) {
             if (in > 1000 && rows > 11 && !std::is_same<A, default_arch>::value) continue;  // keeps it quick
             const index x_stride = in + 1, y_stride = count + 1, stride = (in + 2) * storage_bytes(type);
