@@ -290,9 +290,9 @@ void gemm_weight_block(const unsigned char* wr, index R, index stride, const flo
 /// (`stride` bytes apart) and `rows` rows of x packed by gemm_pack_x<Arch>(gemm_order_for(S), ...)
 /// at xp (row stride gemm_packed_stride(in)).
 /// y is written gemm_out_cols columns at a time, row by row, from a staging panel: a register
-/// block yields gemm_w_rows columns of every row (6 on AVX-512), and y's rows are often a multiple of 4 KiB apart (BD32's
-/// q/gate/k/v projection: 9216 floats), so writing each block's columns in place put 32 rows'
-/// lines in one L1 set. Measured on that projection (bf16, 32 rows, one thread, 3 runs of 20):
+/// block yields gemm_w_rows columns of every row (6 on AVX-512), and y's rows are often a
+/// multiple of 4 KiB apart (BD32's q/gate/k/v projection: 9216 floats), so writing each block's
+/// columns in place put 32 rows' lines in one L1 set. Measured on that projection (bf16, 32 rows, one thread, 3 runs of 20):
 /// 9.6 ms written in place, 8.6 with y's rows padded apart, 8.2 staged (with gemm_reduce).
 template <class Arch, storage_type S>
 void gemm_packed(const unsigned char* w, index stride, index count, const float* xp, index rows, index in, float* y,
