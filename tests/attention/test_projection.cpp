@@ -214,7 +214,8 @@ TEST(ProjectionRows, GemvRowsOnEveryArch) {
   kernel_test::for_each_arch([](auto arch) {
     using A = decltype(arch);
     for (storage_type type : all_types)
-      for (index in : {index(1), index(7), index(33), index(257)}) {
+      // 100 and 213: the 16-bit row's four-vector steps, then one-vector steps, then a tail
+      for (index in : {index(1), index(7), index(33), index(100), index(213), index(257)}) {
         const stored_weight w(type, 11, in, 2, unsigned(in));
         const weight_view v = w.view();
         const auto x = random_vector(std::size_t(in), 3);

@@ -47,12 +47,13 @@ inline float lane_sum(const B& v) noexcept {
   return s;
 }
 
-/// y[r] = Σ_k W[r, k] · x[k] for the `count` rows at `w`, `stride` bytes apart. Four rows share
-/// each load of x; two vectors per row keep enough FMA chains in flight for a memory-bound loop.
-template <class Arch, storage_type S>
-void gemv_rows(const unsigned char* w, index stride, index count, const float* x, index in, float* y) noexcept {
+/// gemv_rows for fp32 weights: four rows share each load of x; two vectors per row keep enough
+/// FMA chains in flight for a memory-bound loop.
+template <class Arch>
+void gemv_rows_f32(const unsigned char* w, index stride, index count, const float* x, index in, float* y) noexcept {
   using B = simd::batch<float, Arch>;
-  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  constexpr storage_type S = storage_type::f32;
+  constexpr index L = index(simd::width<Arch>), E = 4;
   const index body = in - in % (2 * L);
   index r = 0;
   for (; r + 4 <= count; r += 4) {
@@ -81,6 +82,41 @@ void gemv_rows(const unsigned char* w, index stride, index count, const float* x
     float s = lane_sum(a0 + a1);
     for (index k = body; k < in; ++k) s += weight_as_f32<S>(row + k * E) * x[k];
     y[r] = s;
+  }
+}
+
+/// y[r] = Σ_k W[r, k] · x[k] for one row of 16-bit weights: the row read once in address order,
+/// two lines per step on four FMA chains (about 32 bytes per cycle when the row is hot in L2).
+template <class Arch, storage_type S>
+float gemv_row_16bit(const unsigned char* row, const float* x, index in) noexcept {
+  using B = simd::batch<float, Arch>;
+  constexpr index L = index(simd::width<Arch>), E = 2;
+  B a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
+  index k = 0;
+  for (; k + 4 * L <= in; k += 4 * L) {
+    a0 = simd::fma(load_weights_as_f32<Arch, S>(row + k * E), simd::load<Arch>(x + k), a0);
+    a1 = simd::fma(load_weights_as_f32<Arch, S>(row + (k + L) * E), simd::load<Arch>(x + k + L), a1);
+    a2 = simd::fma(load_weights_as_f32<Arch, S>(row + (k + 2 * L) * E), simd::load<Arch>(x + k + 2 * L), a2);
+    a3 = simd::fma(load_weights_as_f32<Arch, S>(row + (k + 3 * L) * E), simd::load<Arch>(x + k + 3 * L), a3);
+  }
+  for (; k + L <= in; k += L) a0 = simd::fma(load_weights_as_f32<Arch, S>(row + k * E), simd::load<Arch>(x + k), a0);
+  float s = lane_sum((a0 + a2) + (a1 + a3));
+  for (; k < in; ++k) s += weight_as_f32<S>(row + k * E) * x[k];
+  return s;
+}
+
+/// y[r] = Σ_k W[r, k] · x[k] for the `count` rows at `w`, `stride` bytes apart.
+/// - 16-bit weights go row by row (gemv_row_16bit). Four rows side by side (each row of a bf16
+///   layer with in = 2048 its own 4 KiB page) ran at 16-21 GB/s cold on the BENCH.md machine, one
+///   row at a time at 22-27 on 4 KiB pages and 30-34 on huge pages; hot in L2, about 60 against 90.
+/// - fp32 rows go four side by side, sharing each load of x, two vectors per row: cold, one row at
+///   a time read 17-19 GB/s on 4 KiB pages against 21-22 (27 against 29 on huge pages).
+template <class Arch, storage_type S>
+void gemv_rows(const unsigned char* w, index stride, index count, const float* x, index in, float* y) noexcept {
+  if constexpr (S != storage_type::f32) {
+    for (index r = 0; r < count; ++r) y[r] = gemv_row_16bit<Arch, S>(w + r * stride, x, in);
+  } else {
+    gemv_rows_f32<Arch>(w, stride, count, x, in, y);
   }
 }
 
