@@ -259,7 +259,7 @@ inline void decode_scores(const sdpa_params& p, const decode_plan& pl, const dec
   };
   // The slices a key group's calls read `ahead` later are prefetched a share per call, not all
   // before the first: M1's 16 rows make 4 calls per group of 4 keys, and its 72 lines at once
-  // filled the miss queue and stalled the core (in-process A/B: M1 fast -30..-35% at t:1, -24% at
+  // filled the miss queue and stalled the core (in-process A/B: M1 fast -25..-35% at t:1, -24% at
   // t:2, fp32 -15%; BD32 and L1D, 2 calls per group, within noise).
   const index fours = qk_keys * 4 <= NA ? R / 4 : 0, twos = qk_keys * 2 <= NA ? (R - 4 * fours) / 2 : 0;
   const index calls = fours + twos + (R - 4 * fours - 2 * twos);  // score calls per key group and head
