@@ -239,29 +239,30 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
   kernel_test::for_each_arch([](auto arch) {
     using A = decltype(arch);
     for (storage_type type : all_types)
-      for (index in : {index(1), index(7), index(33), index(257), index(4096 + 37)})
-        for (index rows : {index(1), index(3), index(4), index(5), index(9)})
-          for (index count : {index(11), detail::gemm_out_cols + 5}) {  // one staged panel of y, and two
-          const index x_stride = in + 3, y_stride = count + 2;
-          const stored_weight w(type, count, in, 2, unsigned(in + rows));
-          const weight_view v = w.view();
-          const auto x = random_vector(std::size_t(rows * x_stride), 5);
-          std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
-          detail::gemm_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), count, x.data(), x_stride, rows, in,
-                               y.data(), y_stride);
-          for (index n = 0; n < rows; ++n) {
-            for (index r = 0; r < count; ++r) {
-              double want = 0, mag = 0;
-              for (index k = 0; k < in; ++k) {
-                const double p = double(v.at(r, k)) * x[std::size_t(n * x_stride + k)];
-                want += p;
-                mag += std::abs(p);
+      for (index count : {index(11), detail::gemm_out_cols + 5})  // one staged panel of y, and two
+        for (index in : {index(1), index(7), index(33), index(257), index(4096 + 37)})
+          for (index rows : {index(1), index(3), index(4), index(5), index(9)}) {
+            const index x_stride = in + 3, y_stride = count + 2;
+            const stored_weight w(type, count, in, 2, unsigned(in + rows));
+            const weight_view v = w.view();
+            const auto x = random_vector(std::size_t(rows * x_stride), 5);
+            std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
+            detail::gemm_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), count, x.data(), x_stride, rows, in,
+                                 y.data(), y_stride);
+            for (index n = 0; n < rows; ++n) {
+              for (index r = 0; r < count; ++r) {
+                double want = 0, mag = 0;
+                for (index k = 0; k < in; ++k) {
+                  const double p = double(v.at(r, k)) * x[std::size_t(n * x_stride + k)];
+                  want += p;
+                  mag += std::abs(p);
+                }
+                ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want, 3e-6 * mag + 1e-30)
+                    << A::name() << " " << to_string(type) << " count " << count << " in " << in << " rows " << rows
+                    << " x row " << n;
               }
-              ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want, 3e-6 * mag + 1e-30)
-                  << A::name() << " " << to_string(type) << " in " << in << " rows " << rows << " x row " << n;
+              for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
             }
-            for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
-          }
           }
   });
 }

@@ -108,7 +108,8 @@ float gemv_row_16bit(const unsigned char* row, const float* x, index in) noexcep
 /// y[r] = Σ_k W[r, k] · x[k] for the `count` rows at `w`, `stride` bytes apart.
 /// - 16-bit weights go row by row (gemv_row_16bit). Four rows side by side (each row of a bf16
 ///   layer with in = 2048 its own 4 KiB page) ran at 16-21 GB/s cold on the BENCH.md machine, one
-///   row at a time at 22-27 on 4 KiB pages and 30-34 on huge pages; hot in L2, about 60 against 90.
+///   row at a time at 22-27 on 4 KiB pages and 30-34 on huge pages; hot in L2 (64 rows), 67
+///   against 55-97 for four rows in different runs (decode weights are cold).
 /// - fp32 rows go four side by side, sharing each load of x, two vectors per row: cold, one row at
 ///   a time read 17-19 GB/s on 4 KiB pages against 21-22 (27 against 29 on huge pages).
 template <class Arch, storage_type S>
@@ -328,8 +329,9 @@ void gemm_weight_block(const unsigned char* wr, index R, index stride, const flo
 /// y is written gemm_out_cols columns at a time, row by row, from a staging panel: a register
 /// block yields gemm_w_rows columns of every row (6 on AVX-512), and y's rows are often a
 /// multiple of 4 KiB apart (BD32's q/gate/k/v projection: 9216 floats), so writing each block's
-/// columns in place put 32 rows' lines in one L1 set. Measured on that projection (bf16, 32 rows, one thread, 3 runs of 20):
-/// 9.6 ms written in place, 8.6 with y's rows padded apart, 8.2 staged (with gemm_reduce).
+/// columns in place put 32 rows' lines in one L1 set. Measured on that projection (bf16, 32 rows,
+/// one thread, 3 runs of 20): 9.6 ms written in place, 8.6 with y's rows padded apart, 8.2 staged
+/// (with gemm_reduce).
 template <class Arch, storage_type S>
 void gemm_packed(const unsigned char* w, index stride, index count, const float* xp, index rows, index in, float* y,
                  index y_stride) noexcept {
