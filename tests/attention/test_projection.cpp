@@ -52,6 +52,21 @@ std::vector<float> random_vector(std::size_t n, unsigned seed) {
   return v;
 }
 
+/// Σ_k w(k)·x[k] over k < n in double, and Σ|w(k)·x[k]| (the scale of fp32 rounding).
+struct dot_result {
+  double sum = 0, magnitude = 0;
+};
+template <class W>
+dot_result reference_dot(index n, W&& w, const float* x) {
+  dot_result d;
+  for (index k = 0; k < n; ++k) {
+    const double p = double(w(k)) * x[k];
+    d.sum += p;
+    d.magnitude += std::abs(p);
+  }
+  return d;
+}
+
 /// y = x · Wᵀ + b in double over the rows of the segments, and Σ|w·x| per output (the scale of
 /// fp32 rounding).
 void reference(const std::vector<weight_segment>& segs, const std::vector<float>& x, index rows, index in,
@@ -223,13 +238,10 @@ TEST(ProjectionRows, GemvRowsOnEveryArch) {
         detail::gemv_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, x.data(), in, y.data());
         detail::widen_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, in, widened.data());
         for (index r = 0; r < 11; ++r) {
-          double want = 0, mag = 0;
-          for (index k = 0; k < in; ++k) {
-            ASSERT_EQ(widened[std::size_t(r * in + k)], v.at(r, k)) << A::name();
-            want += double(v.at(r, k)) * x[std::size_t(k)];
-            mag += std::abs(double(v.at(r, k)) * x[std::size_t(k)]);
-          }
-          ASSERT_NEAR(y[std::size_t(r)], want, 3e-6 * mag + 1e-30) << A::name() << " " << to_string(type) << " in " << in;
+          for (index k = 0; k < in; ++k) ASSERT_EQ(widened[std::size_t(r * in + k)], v.at(r, k)) << A::name();
+          const dot_result want = reference_dot(in, [&](index k) { return v.at(r, k); }, x.data());
+          ASSERT_NEAR(y[std::size_t(r)], want.sum, 3e-6 * want.magnitude + 1e-30)
+              << A::name() << " " << to_string(type) << " in " << in;
         }
       }
   });
@@ -251,13 +263,9 @@ TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
                                  y.data(), y_stride);
             for (index n = 0; n < rows; ++n) {
               for (index r = 0; r < count; ++r) {
-                double want = 0, mag = 0;
-                for (index k = 0; k < in; ++k) {
-                  const double p = double(v.at(r, k)) * x[std::size_t(n * x_stride + k)];
-                  want += p;
-                  mag += std::abs(p);
-                }
-                ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want, 3e-6 * mag + 1e-30)
+                const dot_result want =
+                    reference_dot(in, [&](index k) { return v.at(r, k); }, x.data() + n * x_stride);
+                ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want.sum, 3e-6 * want.magnitude + 1e-30)
                     << A::name() << " " << to_string(type) << " count " << count << " in " << in << " rows " << rows
                     << " x row " << n;
               }
@@ -322,13 +330,9 @@ TEST(ProjectionRows, TransposedProductOnEveryArch) {
                                rows, y.data(), y_stride);
           for (index n = 0; n < rows; ++n) {
             for (index c = 0; c < cols; ++c) {
-              double want = 0, mag = 0;
-              for (index k = 0; k < k_count; ++k) {
-                const double p = double(v.at(k, c)) * x[std::size_t(n * x_stride + k)];
-                want += p;
-                mag += std::abs(p);
-              }
-              ASSERT_NEAR(y[std::size_t(n * y_stride + c)], want, 3e-6 * mag + 1e-30)
+              const dot_result want =
+                  reference_dot(k_count, [&](index k) { return v.at(k, c); }, x.data() + n * x_stride);
+              ASSERT_NEAR(y[std::size_t(n * y_stride + c)], want.sum, 3e-6 * want.magnitude + 1e-30)
                   << A::name() << " " << to_string(type) << " cols " << cols << " x row " << n;
             }
             for (index c = cols; c < y_stride; ++c) ASSERT_EQ(y[std::size_t(n * y_stride + c)], -99.0f) << "wrote past cols";
