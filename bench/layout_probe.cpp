@@ -1,7 +1,8 @@
 // The probe behind the README's "Session 16: a tiled cache layout". Would the decode kernel read a
 // cold cache faster if the cache were laid out so that the microkernels read it strictly in address
 // order? BD's decode (1 query, 8 query rows per KV head, 2 KV heads, D 256, bf16 K and V, one
-// thread) written out with the library's microkernels over three layouts of the same values:
+// thread; or D1's: 8192 keys, 4 rows per KV head, 8 KV heads, D 128, bf16 or fp32) written out with
+// the library's microkernels over three layouts of the same values:
 //   rows:   gattn's layout today, [T, H, D] for K and for V; each microkernel call reads one head's
 //           slice of several tokens side by side and prefetches the slices it will read `ahead`
 //           later (cache_stream::prefetch_slices, as decode_range does);
@@ -11,15 +12,20 @@
 //           prefetch runs the same number of bytes ahead, in address order;
 //   stream: tiled, with each 32-key block's K tiles and then its V tiles back to back in one
 //           buffer, so the whole call is one ascending stream.
-// Each is timed cold (a cache not touched for 128 MiB of others) and again hot, alternating; prints
-// medians in ns per key and KV head, and the largest difference of the outputs from `rows`.
+// Each is timed cold (a cache not touched while 256 MiB of others were read) and again hot,
+// alternating; prints medians in ns per key and KV head, and the largest difference of the outputs
+// from `rows`.
 //   build/bench/gattn_layout_probe [rounds] [prefetch distance in KiB] [0: no prefetch in tiled]
+//                                  [bd | d1 | d1_fp32]
 // Only the AVX-512 build measures (the tiles match its 16-lane loads and 6 × 4-vector P·V blocks).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "gattn/core/memory.hpp"
@@ -29,13 +35,11 @@ namespace {
 
 using Arch = gattn::default_arch;
 using gi = gattn::index;
-using bits = std::uint16_t;
 using B = gattn::simd::batch<float, Arch>;
 using clock_type = std::chrono::steady_clock;
-constexpr auto bf16 = gattn::storage_type::bf16;
 constexpr gi W = gi(B::size);
 
-constexpr gi T = 2304, H = 2, D = 256, R = 8, block = 32, caches = 30;
+constexpr gi block = 32;                                       // keys per softmax block
 constexpr gi key_tile = 4, k_channels = 16, v_channels = 64;  // a tile: 4 keys × a channel block
 
 double median(std::vector<double> v) {
@@ -43,15 +47,21 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+template <gattn::storage_type S>
+B load_key(const gattn::storage_element_t<S>* p) {
+  if constexpr (S == gattn::storage_type::f32) return gattn::simd::load_reg<Arch>(p);
+  else return gattn::simd::load_widened<Arch, S>(p);
+}
+
 /// decode_qk for RB rows × the 4 keys of one K tile: channel block c of key t at k + c·4 + t·16.
-template <int RB>
-void qk_tile(const float* q, gi ldq, const bits* k, float* s, gi lds) {
+template <gattn::storage_type S, gi D, int RB>
+void qk_tile(const float* q, gi ldq, const gattn::storage_element_t<S>* k, float* s, gi lds) {
   constexpr int N = RB * int(key_tile);
   B acc[N];
   for (int n = 0; n < N; ++n) acc[n] = B(0.0f);
   for (gi c = 0; c < D; c += W) {
     B kv[key_tile];
-    for (gi t = 0; t < key_tile; ++t) kv[t] = gattn::simd::load_widened<Arch, bf16>(k + c * key_tile + t * W);
+    for (gi t = 0; t < key_tile; ++t) kv[t] = load_key<S>(k + c * key_tile + t * W);
     for (int r = 0; r < RB; ++r) {
       const B qv = gattn::simd::load_reg<Arch>(q + r * ldq + c);
       for (gi t = 0; t < key_tile; ++t) acc[r * key_tile + t] = gattn::simd::fma(qv, kv[t], acc[r * key_tile + t]);
@@ -66,19 +76,25 @@ void qk_tile(const float* q, gi ldq, const bits* k, float* s, gi lds) {
 enum layout { rows, tiled, stream };
 const char* const layout_name[] = {"rows", "tiled", "stream"};
 
-struct caches_of_layout {
-  std::vector<gattn::streamed_vector<bits>> k, v;  // stream: v unused, K and V interleaved in k
-};
-
+/// The decode of one query over T keys of H KV heads (R query rows each, head size D), K and V
+/// stored as S, in the three layouts.
+template <gattn::storage_type S, gi T, gi H, gi D, gi R>
 struct probe {
+  static_assert(R % 4 == 0 && D % v_channels == 0 && T % block == 0, "the probe's tiles");
+  using bits = gattn::storage_element_t<S>;
+  struct caches_of_layout {
+    std::vector<gattn::streamed_vector<bits>> k, v;  // stream: v unused, K and V interleaved in k
+  };
+  static constexpr gi keys = T, heads = H;
+  static constexpr gi caches = std::max<gi>(4, gi(256 << 20) / (2 * T * H * D * gi(sizeof(bits))));
   caches_of_layout c[3];
-  std::vector<float> q = std::vector<float>(std::size_t(H * R * D));
+  alignas(64) float q[H * R * D];  // scale·q as the kernel packs it: rows on line boundaries
   alignas(64) float s[H * R * block], o[H * R * D], m[H * R], l[H * R], alpha[H * R];
   gi prefetch_bytes;
   bool tiled_prefetch;
 
   probe(gi distance, bool tiled_pf) : prefetch_bytes(distance), tiled_prefetch(tiled_pf) {
-    for (std::size_t i = 0; i < q.size(); ++i) q[i] = float(int(i * 37 % 19) - 9) / 9.0f;
+    for (std::size_t i = 0; i < std::size(q); ++i) q[i] = float(int(i * 37 % 19) - 9) / 9.0f;
     const std::size_t n = std::size_t(T * H * D);
     for (gi x = 0; x < caches; ++x) {
       for (auto& l : c) {
@@ -88,8 +104,8 @@ struct probe {
       for (gi t = 0; t < T; ++t)
         for (gi h = 0; h < H; ++h)
           for (gi d = 0; d < D; ++d) {
-            const bits kb = gattn::round_to_bf16(0.05f * float((t * 7 + h * 3 + d * 5 + x) % 61 - 30) / 30.0f);
-            const bits vb = gattn::round_to_bf16(float((t * 11 + h * 5 + d * 3 + x) % 53 - 26) / 26.0f);
+            const bits kb = stored(0.05f * float((t * 7 + h * 3 + d * 5 + x) % 61 - 30) / 30.0f);
+            const bits vb = stored(float((t * 11 + h * 5 + d * 3 + x) % 53 - 26) / 26.0f);
             const std::size_t row = std::size_t((t * H + h) * D + d);
             const std::size_t kt = std::size_t((((t / key_tile) * H + h) * (D / k_channels) + d / k_channels) *
                                                    key_tile * k_channels +
@@ -106,6 +122,12 @@ struct probe {
             c[stream].k.back()[vt + (b + 1) * per_block] = vb;          // and its V tiles after them
           }
     }
+  }
+
+  static bits stored(float x) {
+    if constexpr (S == gattn::storage_type::f32) return x;
+    else if constexpr (S == gattn::storage_type::bf16) return gattn::round_to_bf16(x);
+    else return gattn::round_to_f16(x);
   }
 
   /// Prefetches `lines` lines from p + prefetch_bytes, inside [.., end).
@@ -140,15 +162,18 @@ struct probe {
           const bits* tile = k + (((j0 + t0) / key_tile) * H + h) * D * key_tile;
           const bits* kp[key_tile];  // rows: the 4 keys' slices
           for (gi t = 0; t < key_tile; ++t) kp[t] = k0 + ((j0 + t0 + t) * H + h) * D;
-          for (gi r = 0; r < R; r += 4) {  // two calls of 4 rows, each prefetching half the bytes
+          constexpr gi calls = R / 4, tile_lines = key_tile * D * gi(sizeof(bits)) / 64;
+          for (gi r = 0, call = 0; r < R; r += 4, ++call) {  // calls of 4 rows, each prefetching its share
             float* sr = s + (h * R + r) * block + t0;
-            const float* qr = q.data() + (h * R + r) * D;
+            const float* qr = q + (h * R + r) * D;
             if constexpr (lay == rows) {
-              ks.prefetch_slices(j0 + t0 + r / 2, 2, h);
-              gattn::detail::decode_qk<Arch, 4, int(key_tile), bf16>(qr, D, kp, D, sr, block);
+              const gi first = call * key_tile / calls;
+              ks.prefetch_slices(j0 + t0 + first, (call + 1) * key_tile / calls - first, h);
+              gattn::detail::decode_qk<Arch, 4, int(key_tile), S>(qr, D, kp, D, sr, block);
             } else {
-              if (pf) prefetch_ahead(tile + r / 4 * D * 2, int(D * key_tile * 2 / 64 / 2), k_end);
-              qk_tile<4>(qr, D, tile, sr, block);
+              const gi first = call * tile_lines / calls;
+              if (pf) prefetch_ahead(tile + first * 64 / gi(sizeof(bits)), int((call + 1) * tile_lines / calls - first), k_end);
+              qk_tile<S, D, 4>(qr, D, tile, sr, block);
             }
           }
         }
@@ -158,12 +183,12 @@ struct probe {
           const gi keys = lay == rows ? 8 : key_tile;
           const bits* tile = v + (((j0 + g0) / key_tile) * H + h) * D * key_tile;
           if (pf && lay == rows) vs.prefetch_slices(j0 + g0, keys, h);
-          if (pf && lay != rows) prefetch_ahead(tile, int(D * key_tile * 2 / 64), v_end);
+          if (pf && lay != rows) prefetch_ahead(tile, int(D * key_tile * gi(sizeof(bits)) / 64), v_end);
           for (gi x0 = 0; x0 < D / W; x0 += 4)
             for (gi mm = 0; mm < R; mm += 6) {
               const int mr = int(std::min<gi>(6, R - mm));
               const bits* vp = lay == rows ? v0 + ((j0 + g0) * H + h) * D + x0 * W : tile + x0 / 4 * key_tile * v_channels;
-              gattn::detail::pv_dispatch<Arch, false, bf16>(mr, 4, s + (h * R + mm) * block + g0, block, keys, vp,
+              gattn::detail::pv_dispatch<Arch, false, S>(mr, 4, s + (h * R + mm) * block + g0, block, keys, vp,
                                                             lay == rows ? H * D : v_channels, o + (h * R + mm) * D + x0 * W,
                                                             D, g0 == 0 ? alpha + h * R + mm : nullptr, nullptr);
             }
@@ -199,18 +224,12 @@ struct probe {
 
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (W != 16 || gattn::kernel_traits<Arch>::pv_mr < 6) {
-    std::printf("gattn_layout_probe measures the AVX-512 build only\n");
-    return 0;
-  }
-  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
-  const gi distance = (argc > 2 ? std::max(1, std::atoi(argv[2])) : 128) * 1024;
-  const bool tiled_prefetch = argc > 3 ? std::atoi(argv[3]) != 0 : true;
-  static probe p(distance, tiled_prefetch);
-  std::vector<float> reference(std::size_t(H * R * D));
+template <class Probe>
+void measure(const char* name, int rounds, gi distance, bool tiled_prefetch) {
+  constexpr gi T = Probe::keys, H = Probe::heads, caches = Probe::caches;
+  auto owner = std::make_unique<Probe>(distance, tiled_prefetch);
+  Probe& p = *owner;
+  std::vector<float> reference(std::size(p.o));
   double differs = 0;
   for (int lay = 0; lay < 3; ++lay) {
     p.run(layout(lay), 0);
@@ -231,10 +250,31 @@ int main(int argc, char** argv) {
       p.run(layout(lay), next);
       hot[lay].push_back(since(t0) * 1e9 / double(T * H));
     }
-  std::printf("BD's decode, bf16, one thread; prefetch %lld KiB ahead%s; largest output difference %.3g\n",
+  std::printf("%s, one thread; prefetch %lld KiB ahead%s; largest output difference %.3g\n", name,
               static_cast<long long>(distance / 1024), tiled_prefetch ? "" : " (rows only)", differs);
   std::printf("ns per key and KV head, median of %d:\n", rounds);
   for (int lay = 0; lay < 3; ++lay)
     std::printf("  %-7s cold %6.1f  hot %6.1f\n", layout_name[lay], median(cold[lay]), median(hot[lay]));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (W != 16 || gattn::kernel_traits<Arch>::pv_mr < 6) {
+    std::printf("gattn_layout_probe measures the AVX-512 build only\n");
+    return 0;
+  }
+  const int rounds = argc > 1 ? std::max(1, std::atoi(argv[1])) : 30;
+  const gi distance = (argc > 2 ? std::max(1, std::atoi(argv[2])) : 128) * 1024;
+  const bool tiled_prefetch = argc > 3 ? std::atoi(argv[3]) != 0 : true;
+  const std::string shape = argc > 4 ? argv[4] : "bd";
+  using gattn::storage_type;
+  if (shape == "bd") measure<probe<storage_type::bf16, 2304, 2, 256, 8>>("BD's decode, bf16", rounds, distance, tiled_prefetch);
+  else if (shape == "d1") measure<probe<storage_type::bf16, 8192, 8, 128, 4>>("D1, bf16", rounds, distance, tiled_prefetch);
+  else if (shape == "d1_fp32") measure<probe<storage_type::f32, 8192, 8, 128, 4>>("D1, fp32", rounds, distance, tiled_prefetch);
+  else {
+    std::fprintf(stderr, "gattn_layout_probe: shape %s is not bd, d1 or d1_fp32\n", shape.c_str());
+    return 2;
+  }
   return 0;
 }
