@@ -16,7 +16,9 @@
 // alternating; prints medians in ns per key and KV head, and the largest difference of the outputs
 // from `rows`.
 //   build/bench/gattn_layout_probe [rounds] [prefetch distance in KiB] [0: no prefetch in tiled]
-//                                  [bd | d1 | d1_fp32]
+//                                  [bd | d1 | d1_fp32] [layouts to run, e.g. rows,stream]
+// The layouts' buffers are allocated together, so where each lands depends on which others run:
+// to compare them unaffected by that (it moved the hot times by up to 20%), run one per process.
 // Only the AVX-512 build measures (the tiles match its 16-lane loads and 6 × 4-vector P·V blocks).
 #include <algorithm>
 #include <chrono>
@@ -93,13 +95,17 @@ struct probe {
   gi prefetch_bytes;
   bool tiled_prefetch;
 
-  probe(gi distance, bool tiled_pf) : prefetch_bytes(distance), tiled_prefetch(tiled_pf) {
+  bool wanted[3];
+
+  probe(gi distance, bool tiled_pf, const bool (&want)[3])
+      : prefetch_bytes(distance), tiled_prefetch(tiled_pf), wanted{want[0], want[1], want[2]} {
     for (std::size_t i = 0; i < std::size(q); ++i) q[i] = float(int(i * 37 % 19) - 9) / 9.0f;
     const std::size_t n = std::size_t(T * H * D);
     for (gi x = 0; x < caches; ++x) {
-      for (auto& l : c) {
-        l.k.emplace_back(&l == &c[stream] ? 2 * n : n);
-        if (&l != &c[stream]) l.v.emplace_back(n);
+      for (int lay = 0; lay < 3; ++lay) {
+        if (!wanted[lay]) continue;
+        c[lay].k.emplace_back(lay == stream ? 2 * n : n);
+        if (lay != stream) c[lay].v.emplace_back(n);
       }
       for (gi t = 0; t < T; ++t)
         for (gi h = 0; h < H; ++h)
@@ -113,13 +119,19 @@ struct probe {
             const std::size_t vt = std::size_t((((t / key_tile) * H + h) * (D / v_channels) + d / v_channels) *
                                                    key_tile * v_channels +
                                                (t % key_tile) * v_channels + d % v_channels);
-            c[rows].k.back()[row] = kb;
-            c[rows].v.back()[row] = vb;
-            c[tiled].k.back()[kt] = kb;
-            c[tiled].v.back()[vt] = vb;
+            if (wanted[rows]) {
+              c[rows].k.back()[row] = kb;
+              c[rows].v.back()[row] = vb;
+            }
+            if (wanted[tiled]) {
+              c[tiled].k.back()[kt] = kb;
+              c[tiled].v.back()[vt] = vb;
+            }
             const std::size_t per_block = std::size_t(block * H * D), b = std::size_t(t / block);
-            c[stream].k.back()[kt + b * per_block] = kb;                // block b's K tiles at 2b
-            c[stream].k.back()[vt + (b + 1) * per_block] = vb;          // and its V tiles after them
+            if (wanted[stream]) {
+              c[stream].k.back()[kt + b * per_block] = kb;        // block b's K tiles at 2b
+              c[stream].k.back()[vt + (b + 1) * per_block] = vb;  // and its V tiles after them
+            }
           }
     }
   }
@@ -138,7 +150,7 @@ struct probe {
   }
 
   template <layout lay>
-  void run(gi x) {
+  __attribute__((noinline)) void run(gi x) {
     const bits* k0 = c[lay].k[std::size_t(x)].data();
     const bits* v0 = lay == stream ? k0 + block * H * D : c[lay].v[std::size_t(x)].data();
     const bits* k_end = k0 + c[lay].k[std::size_t(x)].size();
@@ -225,23 +237,24 @@ struct probe {
 double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
 template <class Probe>
-void measure(const char* name, int rounds, gi distance, bool tiled_prefetch) {
+void measure(const char* name, int rounds, gi distance, bool tiled_prefetch, const bool (&wanted)[3]) {
   constexpr gi T = Probe::keys, H = Probe::heads, caches = Probe::caches;
-  auto owner = std::make_unique<Probe>(distance, tiled_prefetch);
+  auto owner = std::make_unique<Probe>(distance, tiled_prefetch, wanted);
   Probe& p = *owner;
-  std::vector<float> reference(std::size(p.o));
+  std::vector<float> reference;
   double differs = 0;
   for (int lay = 0; lay < 3; ++lay) {
+    if (!wanted[lay]) continue;
     p.run(layout(lay), 0);
-    for (std::size_t i = 0; i < reference.size(); ++i) {
-      if (lay == 0) reference[i] = p.o[i];
+    if (reference.empty()) reference.assign(std::begin(p.o), std::end(p.o));
+    for (std::size_t i = 0; i < reference.size(); ++i)
       differs = std::max(differs, double(std::abs(p.o[i] - reference[i])));
-    }
   }
   std::vector<double> cold[3], hot[3];
   gi next = 0;
   for (int r = 0; r < rounds; ++r)
     for (int lay = 0; lay < 3; ++lay) {
+      if (!wanted[lay]) continue;
       next = (next + 1) % caches;
       auto t0 = clock_type::now();
       p.run(layout(lay), next);
@@ -254,7 +267,7 @@ void measure(const char* name, int rounds, gi distance, bool tiled_prefetch) {
               static_cast<long long>(distance / 1024), tiled_prefetch ? "" : " (rows only)", differs);
   std::printf("ns per key and KV head, median of %d:\n", rounds);
   for (int lay = 0; lay < 3; ++lay)
-    std::printf("  %-7s cold %6.1f  hot %6.1f\n", layout_name[lay], median(cold[lay]), median(hot[lay]));
+    if (wanted[lay]) std::printf("  %-7s cold %6.1f  hot %6.1f\n", layout_name[lay], median(cold[lay]), median(hot[lay]));
 }
 
 }  // namespace
@@ -268,10 +281,17 @@ int main(int argc, char** argv) {
   const gi distance = (argc > 2 ? std::max(1, std::atoi(argv[2])) : 128) * 1024;
   const bool tiled_prefetch = argc > 3 ? std::atoi(argv[3]) != 0 : true;
   const std::string shape = argc > 4 ? argv[4] : "bd";
+  const std::string which = argc > 5 ? argv[5] : "rows,tiled,stream";
+  bool wanted[3];
+  for (int lay = 0; lay < 3; ++lay) wanted[lay] = ("," + which + ",").find(std::string(",") + layout_name[lay] + ",") != std::string::npos;
+  if (!wanted[rows] && !wanted[tiled] && !wanted[stream]) {
+    std::fprintf(stderr, "gattn_layout_probe: no layout in %s (rows, tiled, stream)\n", which.c_str());
+    return 2;
+  }
   using gattn::storage_type;
-  if (shape == "bd") measure<probe<storage_type::bf16, 2304, 2, 256, 8>>("BD's decode, bf16", rounds, distance, tiled_prefetch);
-  else if (shape == "d1") measure<probe<storage_type::bf16, 8192, 8, 128, 4>>("D1, bf16", rounds, distance, tiled_prefetch);
-  else if (shape == "d1_fp32") measure<probe<storage_type::f32, 8192, 8, 128, 4>>("D1, fp32", rounds, distance, tiled_prefetch);
+  if (shape == "bd") measure<probe<storage_type::bf16, 2304, 2, 256, 8>>("BD's decode, bf16", rounds, distance, tiled_prefetch, wanted);
+  else if (shape == "d1") measure<probe<storage_type::bf16, 8192, 8, 128, 4>>("D1, bf16", rounds, distance, tiled_prefetch, wanted);
+  else if (shape == "d1_fp32") measure<probe<storage_type::f32, 8192, 8, 128, 4>>("D1, fp32", rounds, distance, tiled_prefetch, wanted);
   else {
     std::fprintf(stderr, "gattn_layout_probe: shape %s is not bd, d1 or d1_fp32\n", shape.c_str());
     return 2;
