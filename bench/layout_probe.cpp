@@ -55,15 +55,18 @@ B load_key(const gattn::storage_element_t<S>* p) {
   else return gattn::simd::load_widened<Arch, S>(p);
 }
 
-/// decode_qk for RB rows × the 4 keys of one K tile: channel block c of key t at k + c·4 + t·16.
-template <gattn::storage_type S, gi D, int RB>
-void qk_tile(const float* q, gi ldq, const gattn::storage_element_t<S>* k, float* s, gi lds) {
+/// decode_qk for RB rows × 4 keys, the head size a constant: key t's channels c..c+W at
+/// key_at(t, c). Both layouts take this same code, so that they differ only in the addresses
+/// (session 16's first form of this probe gave the tiled layout this constant-D kernel and rows the
+/// library's runtime-d decode_qk, which credited the tiled layout with about 20 ns of compute).
+template <gattn::storage_type S, gi D, int RB, class KeyAt>
+void qk_4keys(const float* q, gi ldq, KeyAt&& key_at, float* s, gi lds) {
   constexpr int N = RB * int(key_tile);
   B acc[N];
   for (int n = 0; n < N; ++n) acc[n] = B(0.0f);
   for (gi c = 0; c < D; c += W) {
     B kv[key_tile];
-    for (gi t = 0; t < key_tile; ++t) kv[t] = load_key<S>(k + c * key_tile + t * W);
+    for (gi t = 0; t < key_tile; ++t) kv[t] = load_key<S>(key_at(t, c));
     for (int r = 0; r < RB; ++r) {
       const B qv = gattn::simd::load_reg<Arch>(q + r * ldq + c);
       for (gi t = 0; t < key_tile; ++t) acc[r * key_tile + t] = gattn::simd::fma(qv, kv[t], acc[r * key_tile + t]);
@@ -181,11 +184,11 @@ struct probe {
             if constexpr (lay == rows) {
               const gi first = call * key_tile / calls;
               ks.prefetch_slices(j0 + t0 + first, (call + 1) * key_tile / calls - first, h);
-              gattn::detail::decode_qk<Arch, 4, int(key_tile), S>(qr, D, kp, D, sr, block);
+              qk_4keys<S, D, 4>(qr, D, [&](gi t, gi ch) { return kp[t] + ch; }, sr, block);
             } else {
               const gi first = call * tile_lines / calls;
               if (pf) prefetch_ahead(tile + first * 64 / gi(sizeof(bits)), int((call + 1) * tile_lines / calls - first), k_end);
-              qk_tile<S, D, 4>(qr, D, tile, sr, block);
+              qk_4keys<S, D, 4>(qr, D, [&](gi t, gi ch) { return tile + ch * key_tile + t * W; }, sr, block);
             }
           }
         }
