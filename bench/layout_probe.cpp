@@ -1,8 +1,9 @@
 // The probe behind the README's "Session 16: a tiled cache layout". Would the decode kernel read a
 // cold cache faster if the cache were laid out so that the microkernels read it strictly in address
 // order? BD's decode (1 query, 8 query rows per KV head, 2 KV heads, D 256, bf16 K and V, one
-// thread; or D1's: 8192 keys, 4 rows per KV head, 8 KV heads, D 128, bf16 or fp32) written out with
-// the library's microkernels over three layouts of the same values:
+// thread; or D1's: 8192 keys, 4 rows per KV head, 8 KV heads, D 128, bf16 or fp32) written out of
+// the library's pieces (P·V calls, prefetch) and one score kernel, over three layouts of the same
+// values:
 //   rows:   gattn's layout today, [T, H, D] for K and for V; each microkernel call reads one head's
 //           slice of several tokens side by side and prefetches the slices it will read `ahead`
 //           later (cache_stream::prefetch_slices, as decode_range does);
@@ -20,6 +21,9 @@
 // The layouts' buffers are allocated together, so where each lands depends on which others run:
 // to compare them unaffected by that (it moved the hot times by up to 20%), run one per process.
 // Only the AVX-512 build measures (the tiles match its 16-lane loads and 6 × 4-vector P·V blocks).
+// Caution (README, "Session 16"): the tiled forms' lead here depends on how the compiler builds the
+// score kernel (with the sizes known only at run time it is gone), and the same layout read by the
+// library's own decode path (branch wip/tiled-kv) was no faster than rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
