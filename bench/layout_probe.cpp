@@ -21,9 +21,10 @@
 // The layouts' buffers are allocated together, so where each lands depends on which others run:
 // to compare them unaffected by that (it moved the hot times by up to 20%), run one per process.
 // Only the AVX-512 build measures (the tiles match its 16-lane loads and 6 × 4-vector P·V blocks).
-// Caution (README, "Session 16"): the tiled forms' lead here depends on how the compiler builds the
-// score kernel (with the sizes known only at run time it is gone), and the same layout read by the
-// library's own decode path (branch wip/tiled-kv) was no faster than rows.
+// Caution (README, "Session 16"): the tiled forms' lead here is a property of this build. GCC inlines
+// the 6-row P·V microkernel into the tiled loop with its key count a constant 4, and the key loop
+// unrolls; rows calls it out of line. Built differently, the lead is gone. The same layout read by
+// the library's own decode path (branch wip/tiled-kv) was no faster than rows.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
