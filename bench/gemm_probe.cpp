@@ -21,12 +21,14 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 #include "fma_chains.hpp"
+#include "probe_timing.hpp"
 
 namespace {
 
 using Arch = gattn::default_arch;
 using gattn::index;
-using clock_type = std::chrono::steady_clock;
+using clock_type = gattn_bench::probe_clock;
+using gattn_bench::median;
 
 struct problem {
   const char* name;
@@ -69,11 +71,6 @@ double fma_peak() {
   volatile float sink = gattn_bench::fma_chains(steps);
   (void)sink;
   return gattn_bench::fma_chain_flops(steps) / std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -37,22 +37,20 @@
 
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/decode.hpp"
+#include "probe_timing.hpp"
 
 namespace {
 
 using Arch = gattn::default_arch;
 using gi = gattn::index;
 using B = gattn::simd::batch<float, Arch>;
-using clock_type = std::chrono::steady_clock;
+using clock_type = gattn_bench::probe_clock;
+using gattn_bench::median;
+using gattn_bench::seconds_since;
 constexpr gi W = gi(B::size);
 
 constexpr gi block = 32;                                       // keys per softmax block
 constexpr gi key_tile = 4, k_channels = 16, v_channels = 64;  // a tile: 4 keys × a channel block
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 template <gattn::storage_type S>
 B load_key(const gattn::storage_element_t<S>* p) {
@@ -242,8 +240,6 @@ struct probe {
   }
 };
 
-double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
-
 template <class Probe>
 void measure(const char* name, int rounds, gi distance, bool tiled_prefetch, const bool (&wanted)[3]) {
   constexpr gi T = Probe::keys, H = Probe::heads, caches = Probe::caches;
@@ -266,10 +262,10 @@ void measure(const char* name, int rounds, gi distance, bool tiled_prefetch, con
       next = (next + 1) % caches;
       auto t0 = clock_type::now();
       p.run(layout(lay), next);
-      cold[lay].push_back(since(t0) * 1e9 / double(T * H));
+      cold[lay].push_back(seconds_since(t0) * 1e9 / double(T * H));
       t0 = clock_type::now();
       p.run(layout(lay), next);
-      hot[lay].push_back(since(t0) * 1e9 / double(T * H));
+      hot[lay].push_back(seconds_since(t0) * 1e9 / double(T * H));
     }
   std::printf("%s, one thread; prefetch %lld KiB ahead%s; largest output difference %.3g\n", name,
               static_cast<long long>(distance / 1024), tiled_prefetch ? "" : " (rows only)", differs);

@@ -27,19 +27,15 @@
 #include "gattn/core/memory.hpp"
 #include "gattn/kernel/prefetch.hpp"
 #include "gattn/simd/simd.hpp"
+#include "probe_timing.hpp"
 
 namespace {
 
 using Arch = gattn::default_arch;
 using B = gattn::simd::batch<float, Arch>;
-using clock_type = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
+using clock_type = gattn_bench::probe_clock;
+using gattn_bench::median;
+using gattn_bench::seconds_since;
 
 /// A cold buffer and the read patterns of part 1.
 struct raw_memory {
@@ -63,7 +59,7 @@ struct raw_memory {
     evict();
     const auto t0 = clock_type::now();
     read();
-    return double(bytes) / since(t0) * 1e-9;
+    return double(bytes) / seconds_since(t0) * 1e-9;
   }
   double demand_address() {
     return rate([&] {
@@ -133,7 +129,7 @@ struct bd_decode {
     const auto t0 = clock_type::now();
     before(c);
     gattn::fused_sdpa(in.params(c, "g1_elementwise_bf16", 1));
-    return since(t0) * 1e9 / double(s.t_k * s.hkv);
+    return seconds_since(t0) * 1e9 / double(s.t_k * s.hkv);
   }
 };
 
