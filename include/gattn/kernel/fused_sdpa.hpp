@@ -63,121 +63,131 @@ void fused_sdpa(const sdpa_params& p);
 
 namespace detail {
 
+/// KV head r and query block qb of unit u. Causal: later query blocks see more keys, so they go
+/// first (better dynamic balance).
+struct unit_coord {
+  index r, qb;
+};
+inline unit_coord unit_coords(const sdpa_params& p, const sdpa_plan& pl, index u) {
+  const index rev = pl.units - 1 - u;
+  return {rev % p.kv_heads, rev / p.kv_heads};
+}
+
+/// Split-KV partial states: [unit][split][row_pad] blocks of (O | m | l), dv_pad + 2 floats a row.
+inline index partial_row_floats(const sdpa_plan& pl) { return pl.dv_pad + 2; }
+inline float* partial_block(float* partials, const sdpa_plan& pl, index u, index sp) {
+  return partials + (u * pl.splits + sp) * pl.rows_pad * partial_row_floats(pl);
+}
+
+/// The epilogue of unit (r, qb): each row's O / l, RMSNorm and gate, one store (and its lse).
+/// Elementwise gate scores are prefetched gate_prefetch_rows rows ahead.
+template <class Arch>
+inline void finish_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, unit_coord c) {
+  const index i0 = c.qb * pl.br;
+  const index valid_rows = std::min(pl.br, p.t_q - i0) * pl.group;
+  auto prefetch_gate = [&](index m) { prefetch_gate_row(p, i0 + m / pl.group, c.r * pl.group + m % pl.group); };
+  for (index m = 0; m < std::min(valid_rows, gate_prefetch_rows); ++m) prefetch_gate(m);
+  for (index m = 0; m < valid_rows; ++m) {
+    if (m + gate_prefetch_rows < valid_rows) prefetch_gate(m + gate_prefetch_rows);
+    const index i = i0 + m / pl.group;
+    const index h = c.r * pl.group + m % pl.group;
+    const softmax_row sr{sc.m[m], sc.l[m], visible_keys(p, i) > 0};
+    if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
+    finish_row<Arch>(p, sc.o + m * pl.dv_pad, sr.inv_l(), i, h);
+  }
+}
+
+/// A unit's state after key split sp, kept for merge_unit.
+inline void save_partial(const sdpa_plan& pl, const unit_scratch& sc, float* partials, index u, index sp) {
+  const index rf = partial_row_floats(pl);
+  float* dst = partial_block(partials, pl, u, sp);
+  for (index m = 0; m < pl.rows_pad; ++m) {
+    std::memcpy(dst + m * rf, sc.o + m * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
+    dst[m * rf + pl.dv_pad] = sc.m[m];
+    dst[m * rf + pl.dv_pad + 1] = sc.l[m];
+  }
+}
+
+/// A unit's state once it has run over its keys: the epilogue, or a partial when keys are split.
+template <class Arch>
+inline void end_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, float* partials, index u,
+                     index sp) {
+  if (pl.splits == 1) finish_unit<Arch>(p, pl, sc, unit_coords(p, pl, u));
+  else save_partial(pl, sc, partials, u, sp);
+}
+
+/// Prefill task: one unit over one key split (tasks split-major).
+template <class Arch, storage_type S>
+inline void unit_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index task) {
+  float* base = thread_scratch().get(pl.scratch_floats);
+  const unit_scratch sc = carve(base, p, pl, kernel_traits<Arch>::block_keys);
+  const index sp = task / pl.units, u = task % pl.units;
+  const unit_coord c = unit_coords(p, pl, u);
+  const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
+  run_unit<Arch, S>(p, pl, sc, c.r, c.qb, k_begin, k_end);
+  end_unit<Arch>(p, pl, sc, partials, u, sp);
+}
+
+/// Interleaved task: every unit over key split sp, tile by tile (one unit_scratch per unit, back to
+/// back), the next tile's K and V rows of all KV heads prefetched in address order, a share per
+/// unit's work.
+template <class Arch, storage_type S>
+inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index sp) {
+  constexpr index bc = kernel_traits<Arch>::block_keys;
+  float* base = thread_scratch().get(std::size_t(pl.units) * pl.scratch_floats);
+  std::vector<unit_info>& info = thread_unit_info();
+  info.resize(std::size_t(pl.units));
+  auto scratch_of = [&](index u) { return carve(base + std::size_t(u) * pl.scratch_floats, p, pl, bc); };
+  const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
+  index k_last = k_begin;  // end of the keys any unit sees in this split
+  for (index u = 0; u < pl.units; ++u) {
+    const unit_coord c = unit_coords(p, pl, u);
+    info[std::size_t(u)] = unit_begin<Arch>(p, pl, scratch_of(u), c.r, c.qb);
+    k_last = std::max(k_last, std::min(k_end, info[std::size_t(u)].max_lim));
+  }
+  cache_stream k_stream = cache_stream(stored_k<S>(p), p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_last, 0)
+                              .with_blocks(p.block_table, p.block_size, p.k_block_stride);
+  cache_stream v_stream = cache_stream(stored_v<S>(p), p.v_token_stride, p.kv_heads, p.v_head_stride, p.d_v, k_last, 0)
+                              .with_blocks(p.block_table, p.block_size, p.v_block_stride);
+  k_stream.ahead = v_stream.ahead = bc;
+  const bool v_in_k = v_inside_k<S>(p);
+  k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
+  if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
+  for (index j0 = k_begin; j0 < k_last; j0 += bc) {
+    for (index u = 0; u < pl.units; ++u) {
+      k_stream.prefetch_share(j0, bc, u, pl.units);
+      if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
+      const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
+      if (j0 < k_end_u) unit_tile<Arch, S>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
+    }
+  }
+  for (index u = 0; u < pl.units; ++u) end_unit<Arch>(p, pl, scratch_of(u), partials, u, sp);
+}
+
+/// The split partial states of unit u merged row by row in split order (merge_splits), then its
+/// epilogue.
+template <class Arch>
+inline void merge_unit(const sdpa_params& p, const sdpa_plan& pl, const float* partials, index u) {
+  float* base = thread_scratch().get(pl.scratch_floats);
+  const unit_scratch sc = carve(base, p, pl, kernel_traits<Arch>::block_keys);
+  const index rf = partial_row_floats(pl);
+  const float* part = partials + u * pl.splits * pl.rows_pad * rf;
+  for (index m = 0; m < pl.rows_pad; ++m)
+    merge_splits(part + m * rf, pl.rows_pad * rf, pl.splits, pl.dv_pad, sc.o + m * pl.dv_pad, sc.m[m], sc.l[m]);
+  finish_unit<Arch>(p, pl, sc, unit_coords(p, pl, u));
+}
+
 /// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
 /// a compile-time parameter, so the fp32 loops are the same code as without it.
 template <class Arch, storage_type S>
 void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
-  using tr = kernel_traits<Arch>;
-  const detail::sdpa_plan pl = detail::make_plan<Arch>(p, exec.concurrency());
-  const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
-  const index row_block = pl.dv_pad + 2;
+  const sdpa_plan pl = make_plan<Arch>(p, exec.concurrency());
   float* partials = nullptr;
   if (pl.splits > 1)
-    partials = detail::thread_partials().get(std::size_t(pl.units * pl.splits * pl.rows_pad * row_block));
-
-  auto unit_coords = [&](index u, index& r, index& qb) {
-    // Causal: later query blocks see more keys, so they go first (better dynamic balance).
-    const index rev = pl.units - 1 - u;
-    r = rev % p.kv_heads;
-    qb = rev / p.kv_heads;
-  };
-
-  auto finish_unit = [&](const detail::unit_scratch& sc, index r, index qb) {
-    const index i0 = qb * pl.br;
-    const index valid_rows = std::min(pl.br, p.t_q - i0) * pl.group;
-    auto prefetch_gate = [&](index m) { detail::prefetch_gate_row(p, i0 + m / pl.group, r * pl.group + m % pl.group); };
-    for (index m = 0; m < std::min(valid_rows, detail::gate_prefetch_rows); ++m) prefetch_gate(m);
-    for (index m = 0; m < valid_rows; ++m) {
-      if (m + detail::gate_prefetch_rows < valid_rows) prefetch_gate(m + detail::gate_prefetch_rows);
-      const index i = i0 + m / pl.group;
-      const index h = r * pl.group + m % pl.group;
-      const softmax_row sr{sc.m[m], sc.l[m], detail::visible_keys(p, i) > 0};
-      if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
-      detail::finish_row<Arch>(p, sc.o + m * pl.dv_pad, sr.inv_l(), i, h);
-    }
-  };
-
-  auto save_partial = [&](const detail::unit_scratch& sc, index u, index sp) {
-    float* dst = partials + (u * pl.splits + sp) * pl.rows_pad * row_block;
-    for (index m = 0; m < pl.rows_pad; ++m) {
-      std::memcpy(dst + m * row_block, sc.o + m * pl.dv_pad, sizeof(float) * std::size_t(pl.dv_pad));
-      dst[m * row_block + pl.dv_pad] = sc.m[m];
-      dst[m * row_block + pl.dv_pad + 1] = sc.l[m];
-    }
-  };
-
-  // One task = one unit over one key split (prefill), or every unit over one key split,
-  // interleaved tile by tile (decode; scratch = one unit_scratch per unit, back to back).
-  auto body = [&](index task) {
-    if (!pl.interleave) {
-      float* base = detail::thread_scratch().get(pl.scratch_floats);
-      const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
-      const index sp = task / pl.units, u = task % pl.units;  // split-major
-      index r, qb;
-      unit_coords(u, r, qb);
-      const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
-      detail::run_unit<Arch, S>(p, pl, sc, r, qb, k_begin, k_end);
-      if (pl.splits == 1) finish_unit(sc, r, qb);
-      else save_partial(sc, u, sp);
-      return;
-    }
-    const index sp = task;
-    float* base = detail::thread_scratch().get(std::size_t(pl.units) * pl.scratch_floats);
-    std::vector<detail::unit_info>& info = detail::thread_unit_info();
-    info.resize(std::size_t(pl.units));
-    auto scratch_of = [&](index u) { return detail::carve(base + std::size_t(u) * pl.scratch_floats, p, pl, tr::block_keys); };
-    const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
-    index k_last = k_begin;  // end of the keys any unit sees in this split
-    for (index u = 0; u < pl.units; ++u) {
-      index r, qb;
-      unit_coords(u, r, qb);
-      info[std::size_t(u)] = detail::unit_begin<Arch>(p, pl, scratch_of(u), r, qb);
-      k_last = std::max(k_last, std::min(k_end, info[std::size_t(u)].max_lim));
-    }
-    constexpr index bc = tr::block_keys;
-    // The next tile's K and V rows, prefetched in address order, a share per unit's work.
-    detail::cache_stream k_stream = detail::cache_stream(detail::stored_k<S>(p), p.k_token_stride, p.kv_heads,
-                                                         p.k_head_stride, p.d_qk, k_last, 0)
-                                        .with_blocks(p.block_table, p.block_size, p.k_block_stride);
-    detail::cache_stream v_stream = detail::cache_stream(detail::stored_v<S>(p), p.v_token_stride, p.kv_heads,
-                                                         p.v_head_stride, p.d_v, k_last, 0)
-                                        .with_blocks(p.block_table, p.block_size, p.v_block_stride);
-    k_stream.ahead = v_stream.ahead = bc;
-    const bool v_in_k = detail::v_inside_k<S>(p);
-    k_stream.prefetch_share(k_begin - bc, bc, 0, 1);
-    if (!v_in_k) v_stream.prefetch_share(k_begin - bc, bc, 0, 1);
-    for (index j0 = k_begin; j0 < k_last; j0 += bc) {
-      for (index u = 0; u < pl.units; ++u) {
-        k_stream.prefetch_share(j0, bc, u, pl.units);
-        if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
-        const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
-        if (j0 < k_end_u)
-          detail::unit_tile<Arch, S>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
-      }
-    }
-    for (index u = 0; u < pl.units; ++u) {
-      index r, qb;
-      unit_coords(u, r, qb);
-      if (pl.splits == 1) finish_unit(scratch_of(u), r, qb);
-      else save_partial(scratch_of(u), u, sp);
-    }
-  };
-
-  // The split partial states of one unit merged row by row (merge_splits), then its epilogue.
-  auto merge_unit = [&](index u) {
-    float* base = detail::thread_scratch().get(pl.scratch_floats);
-    const detail::unit_scratch sc = detail::carve(base, p, pl, tr::block_keys);
-    index r, qb;
-    unit_coords(u, r, qb);
-    const float* part = partials + u * pl.splits * pl.rows_pad * row_block;
-    for (index m = 0; m < pl.rows_pad; ++m)
-      merge_splits(part + m * row_block, pl.rows_pad * row_block, pl.splits, pl.dv_pad, sc.o + m * pl.dv_pad, sc.m[m],
-                   sc.l[m]);
-    finish_unit(sc, r, qb);
-  };
-
-  exec.parallel_for(tasks, body);
-  if (pl.splits > 1) exec.parallel_for(pl.units, merge_unit);
+    partials = thread_partials().get(std::size_t(pl.units * pl.splits * pl.rows_pad * partial_row_floats(pl)));
+  if (pl.interleave) exec.parallel_for(pl.splits, [&](index sp) { interleaved_task<Arch, S>(p, pl, partials, sp); });
+  else exec.parallel_for(pl.units * pl.splits, [&](index task) { unit_task<Arch, S>(p, pl, partials, task); });
+  if (pl.splits > 1) exec.parallel_for(pl.units, [&](index u) { merge_unit<Arch>(p, pl, partials, u); });
 }
 
 }  // namespace detail

@@ -118,103 +118,116 @@ inline void widen_tile(const storage_element_t<S>* src, index ld, index n, index
   }
 }
 
-/// One key tile [j0, j0 + nk) of a unit: Sᵀ = K·Qt, online softmax, O = alpha·O + P·V.
+/// Step 1 of a unit's key tile: Sᵀ = K_tile · Qt over its nk keys (K rows kt, stride ldk).
+template <class Arch>
+inline void unit_scores(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const float* kt, index ldk,
+                        index nk) {
+  using tr = kernel_traits<Arch>;
+  constexpr index W = tr::width;
+  const index ldq = pl.rows_pad, nvq = pl.rows_pad / W;
+  for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
+    const int nv = int(std::min<index>(tr::qk_nv, nvq - v0));
+    for (index j = 0; j < nk; j += tr::qk_mr) {
+      const int mr = int(std::min<index>(tr::qk_mr, nk - j));
+      static_switch<tr::qk_mr>(mr, [&](auto MR) {
+        static_switch<tr::qk_nv>(nv, [&](auto NV) {
+          qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * ldk, ldk, sc.qt + v0 * W, ldq, p.d_qk,
+                                                                    sc.st + j * ldq + v0 * W, ldq);
+        });
+      });
+    }
+  }
+}
+
+/// Step 2: online softmax down the key axis of Sᵀ, W rows per vector. On a tile crossing the
+/// diagonal (diag) a row's keys at or past its limit become -inf first.
+template <class Arch>
+inline void unit_softmax(const sdpa_plan& pl, const unit_scratch& sc, bool diag, index j0, index nk) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = kernel_traits<Arch>::width;
+  const index ldq = pl.rows_pad, nvq = pl.rows_pad / W;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (index v0 = 0; v0 < nvq; ++v0) {
+    float* s = sc.st + v0 * W;
+    online_softmax_state<B> st;
+    st.m = simd::load<Arch>(sc.m + v0 * W);
+    st.l = simd::load<Arch>(sc.l + v0 * W);
+    B tmax = B(ninf);
+    if (diag) {
+      const B lim = simd::load<Arch>(sc.lim + v0 * W);
+      for (index j = 0; j < nk; ++j) {
+        B x = simd::load<Arch>(s + j * ldq);
+        x = simd::select(B(float(j0 + j)) < lim, x, B(ninf));
+        simd::store(s + j * ldq, x);
+        tmax = simd::max(tmax, x);
+      }
+    } else {
+      for (index j = 0; j < nk; ++j) tmax = simd::max(tmax, simd::load<Arch>(s + j * ldq));
+    }
+    B m_use;
+    const B alpha = st.rescale(tmax, m_use);
+    B tile_sum(0.0f);
+    for (index j = 0; j < nk; ++j) simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use, tile_sum));
+    st.end_tile(alpha, tile_sum);
+    simd::store(sc.m + v0 * W, st.m);
+    simd::store(sc.l + v0 * W, st.l);
+    simd::store(sc.alpha + v0 * W, alpha);
+  }
+}
+
+/// Step 3: O = alpha·O + P·V_tile (V rows vt, stride ldv); on a diagonal tile each row takes only
+/// its visible keys, so a hidden key's V (NaN included) is never multiplied.
+template <class Arch>
+inline void unit_pv(const sdpa_plan& pl, const unit_scratch& sc, index valid_rows, bool diag, const float* vt,
+                    index ldv, index j0, index nk) {
+  using tr = kernel_traits<Arch>;
+  constexpr index W = tr::width;
+  const index nvo = pl.dv_pad / W;
+  for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
+    const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
+    for (index m = 0; m < valid_rows; m += tr::pv_mr) {
+      const int mr = int(std::min<index>(tr::pv_mr, valid_rows - m));
+      index vis[tr::pv_mr];
+      const index most = diag ? visible_in_tile(mr, j0, nk, [&](int k) { return index(sc.lim[m + k]); }, vis) : -1;
+      pv_dispatch<Arch, true>(mr, nv, sc.st + m, pl.rows_pad, most < 0 ? nk : most, vt + x0 * W, ldv,
+                              sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad, sc.alpha + m, most < 0 ? nullptr : vis);
+    }
+  }
+}
+
+/// One key tile [j0, j0 + nk) of a unit: scores, online softmax, P·V (the three steps above).
 /// K/V stored as S: fp32 is read in place; bf16/f16 tiles are widened into the scratch first
 /// (exact, so the arithmetic after it is the fp32 path's).
 template <class Arch, storage_type S = storage_type::f32>
 inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
                       index j0, index nk) {
-  using tr = kernel_traits<Arch>;
-  using B = simd::batch<float, Arch>;
-  constexpr index W = tr::width;
-  const index ldq = pl.rows_pad;
-  const index r = ui.r, valid_rows = ui.valid_rows, min_lim = ui.min_lim;
-  const float ninf = -std::numeric_limits<float>::infinity();
-  const index nvq = pl.rows_pad / W;
   if (const index nb = keys_in_block(p, j0, nk); nb < nk) {  // paged: a tile never crosses a block
     unit_tile<Arch, S>(p, pl, sc, ui, j0, nb);
     unit_tile<Arch, S>(p, pl, sc, ui, j0 + nb, nk - nb);
     return;
   }
-  {
-    const float* kt;
-    index ldk;
-    if constexpr (S == storage_type::f32) {
-      kt = key_row<S>(p, j0, r);
-      ldk = p.k_token_stride;
-    } else {
-      widen_tile<Arch, S>(key_row<S>(p, j0, r), p.k_token_stride, nk, p.d_qk, sc.kpack, p.d_qk);
-      kt = sc.kpack;
-      ldk = p.d_qk;
-    }
-    // 1. Sᵀ = K_tile · Qt
-    for (index v0 = 0; v0 < nvq; v0 += tr::qk_nv) {
-      const int nv = int(std::min<index>(tr::qk_nv, nvq - v0));
-      for (index j = 0; j < nk; j += tr::qk_mr) {
-        const int mr = int(std::min<index>(tr::qk_mr, nk - j));
-        static_switch<tr::qk_mr>(mr, [&](auto MR) {
-          static_switch<tr::qk_nv>(nv, [&](auto NV) {
-            qk_micro<Arch, decltype(MR)::value, decltype(NV)::value>(kt + j * ldk, ldk,
-                                                                      sc.qt + v0 * W, ldq, p.d_qk,
-                                                                      sc.st + j * ldq + v0 * W, ldq);
-          });
-        });
-      }
-    }
-    // 2. Online softmax down the key axis of Sᵀ, W rows per vector.
-    const bool diag = p.causal && j0 + nk > min_lim;
-    for (index v0 = 0; v0 < nvq; ++v0) {
-      float* s = sc.st + v0 * W;
-      online_softmax_state<B> st;
-      st.m = simd::load<Arch>(sc.m + v0 * W);
-      st.l = simd::load<Arch>(sc.l + v0 * W);
-      B tmax = B(ninf);
-      if (diag) {
-        const B lim = simd::load<Arch>(sc.lim + v0 * W);
-        for (index j = 0; j < nk; ++j) {
-          B x = simd::load<Arch>(s + j * ldq);
-          x = simd::select(B(float(j0 + j)) < lim, x, B(ninf));
-          simd::store(s + j * ldq, x);
-          tmax = simd::max(tmax, x);
-        }
-      } else {
-        for (index j = 0; j < nk; ++j) tmax = simd::max(tmax, simd::load<Arch>(s + j * ldq));
-      }
-      B m_use;
-      const B alpha = st.rescale(tmax, m_use);
-      B tile_sum(0.0f);
-      for (index j = 0; j < nk; ++j)
-        simd::store(s + j * ldq, st.accumulate(simd::load<Arch>(s + j * ldq), m_use, tile_sum));
-      st.end_tile(alpha, tile_sum);
-      simd::store(sc.m + v0 * W, st.m);
-      simd::store(sc.l + v0 * W, st.l);
-      simd::store(sc.alpha + v0 * W, alpha);
-    }
-    // 3. O = alpha·O + P·V_tile; on a diagonal tile each row takes only its visible keys.
-    const float* vt;
-    index ldv = p.v_token_stride;
-    if constexpr (S == storage_type::f32) {
-      vt = value_row<S>(p, j0, r);
-      if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
-    } else {
-      // Only the nk rows of this tile are widened; pv_dispatch reads no row past them, and on a
-      // diagonal tile each row's masked count (vis) keeps a NaN of a hidden key out of its P·V.
-      widen_tile<Arch, S>(value_row<S>(p, j0, r), p.v_token_stride, nk, p.d_v, sc.vpack, pl.dv_pad);
-      vt = sc.vpack;
-      ldv = pl.dv_pad;
-    }
-    const index nvo = pl.dv_pad / W;
-    for (index x0 = 0; x0 < nvo; x0 += tr::pv_nv) {
-      const int nv = int(std::min<index>(tr::pv_nv, nvo - x0));
-      for (index m = 0; m < valid_rows; m += tr::pv_mr) {
-        const int mr = int(std::min<index>(tr::pv_mr, valid_rows - m));
-        index vis[tr::pv_mr];
-        const index most = diag ? visible_in_tile(mr, j0, nk, [&](int k) { return index(sc.lim[m + k]); }, vis) : -1;
-        pv_dispatch<Arch, true>(mr, nv, sc.st + m, ldq, most < 0 ? nk : most, vt + x0 * W, ldv,
-                                sc.o + m * pl.dv_pad + x0 * W, pl.dv_pad, sc.alpha + m, most < 0 ? nullptr : vis);
-      }
-    }
+  const index r = ui.r;
+  if constexpr (S == storage_type::f32) {
+    unit_scores<Arch>(p, pl, sc, key_row<S>(p, j0, r), p.k_token_stride, nk);
+  } else {
+    widen_tile<Arch, S>(key_row<S>(p, j0, r), p.k_token_stride, nk, p.d_qk, sc.kpack, p.d_qk);
+    unit_scores<Arch>(p, pl, sc, sc.kpack, p.d_qk, nk);
   }
+  const bool diag = p.causal && j0 + nk > ui.min_lim;
+  unit_softmax<Arch>(pl, sc, diag, j0, nk);
+  const float* vt;
+  index ldv = p.v_token_stride;
+  if constexpr (S == storage_type::f32) {
+    vt = value_row<S>(p, j0, r);
+    if (pl.pack_v) vt = pack_v_tile(vt, p.v_token_stride, nk, p.d_v, pl.dv_pad, sc.vpack, ldv);
+  } else {
+    // Only the nk rows of this tile are widened; unit_pv reads no row past them, and on a diagonal
+    // tile each row's masked count keeps a NaN of a hidden key out of its P·V.
+    widen_tile<Arch, S>(value_row<S>(p, j0, r), p.v_token_stride, nk, p.d_v, sc.vpack, pl.dv_pad);
+    vt = sc.vpack;
+    ldv = pl.dv_pad;
+  }
+  unit_pv<Arch>(pl, sc, ui.valid_rows, diag, vt, ldv, j0, nk);
 }
 
 /// Output rows ahead of the epilogue whose gate scores it prefetches. An elementwise gate's scores
