@@ -343,116 +343,170 @@ int run_batch_command(const arguments& args, const batch_options& batch, const g
   return 0;
 }
 
+/// What `run` was asked to do: every option checked, before any file is read.
+struct run_request {
+  std::string config_path, input_path;
+  bool check = false;
+  double tolerance = 1e-4;
+  gattn::index layer_index = -1, decode_from = -1;
+  gattn::mla_form form = gattn::mla_form::automatic;
+  run_options options;
+  batch_options batch;
+};
+
+run_request parse_run_request(const arguments& args) {
+  run_request r;
+  r.config_path = args.need("--config");
+  args.need("--weights");
+  r.input_path = args.need("--input");
+  r.check = args.flag("--check");
+  if (!r.check) args.need("--output");
+  if (args.has("--tol") && !r.check) throw usage_error("option --tol needs --check");
+  r.tolerance = args.positive_number("--tol", 1e-4);
+  r.layer_index = args.integer("--layer", -1, 0);
+  r.decode_from = args.integer("--decode-from", -1, 0);
+  r.form = args.choice("--mla-form", {gattn::mla_form::automatic, gattn::mla_form::absorbed, gattn::mla_form::expanded},
+                       gattn::mla_form::automatic);
+  if (args.has("--kv-dtype"))
+    r.options.kv_dtype = args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  r.options.kv_numerics =
+      args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
+  r.batch = parse_batch_options(args);
+  if (args.has("--output")) check_writable("--output", args.values.at("--output"));
+  if (args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
+  return r;
+}
+
+/// The layer's config, with the request's cache type and numerics.
+gattn::layer_config run_config(const arguments& args, const run_request& r) {
+  gattn::layer_config cfg = gattn::io::load_layer_config(r.config_path, r.layer_index);
+  if (r.options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *r.options.kv_dtype; }, cfg);
+  if (args.has("--kv-numerics")) std::visit([&](auto& c) { c.kv_numerics = r.options.kv_numerics; }, cfg);
+  return cfg;
+}
+
+/// The layer's weights: views of the checkpoint's mapping (a file, an index or a directory).
+gattn::weight_map run_weights(const arguments& args, const run_request& r) {
+  const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));
+  const std::string prefix = r.layer_index >= 0 && !args.has("--prefix")
+                                 ? gattn::io::hf_layer_prefix(read_config_json(r.config_path), r.layer_index)
+                                 : find_prefix(weights_file, args);
+  return gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true);
+}
+
+/// The input file's x [T, d], and its y when --check compares with it.
+struct run_input {
+  std::vector<float> x;
+  std::vector<double> y_ref;
+  gattn::index tokens = 0;
+};
+
+run_input read_run_input(const run_request& r, gattn::index d) {
+  const auto input = gattn::io::safetensors_file::open(r.input_path);
+  const auto& xi = input.info("x");
+  gattn::detail::require<gattn::shape_error>(xi.shape.size() == 2 && xi.shape[1] == d, r.input_path, ": 'x' has shape ",
+                                             gattn::io::detail::shape_string(xi.shape), ", expected [T, ", d, "]");
+  run_input in;
+  in.tokens = xi.shape[0];
+  if (r.check) {
+    gattn::detail::require<gattn::shape_error>(input.contains("y"), r.input_path,
+                                               ": --check needs a tensor 'y' [T, d] in the input file; it has none");
+    const auto& yi = input.info("y");
+    gattn::detail::require<gattn::shape_error>(yi.shape.size() == 2 && yi.shape[0] == in.tokens && yi.shape[1] == d,
+                                               r.input_path, ": 'y' has shape ", gattn::io::detail::shape_string(yi.shape),
+                                               ", expected [", in.tokens, ", ", d, "] for --check");
+    in.y_ref = input.read_f64("y");
+  }
+  if (r.decode_from > in.tokens)
+    throw usage_error("--decode-from " + std::to_string(r.decode_from) + " is past the input's " +
+                      std::to_string(in.tokens) + " tokens");
+  in.x = input.read_f32("x");
+  return in;
+}
+
+/// Wall time of a single-sequence run: the prefill (or the whole forward) and the decode steps.
+struct run_timing {
+  gattn::index prefilled = 0;
+  double prefill_ms = 0, decode_ms = 0;
+};
+
+/// One sequence: the whole input at once, or (--decode-from K) a prefill of K tokens through a KV
+/// cache and then one decode step per token.
+run_timing run_sequence(const gattn::cli::run_layer& layer, const run_input& in, gattn::index decode_from, float* y,
+                        gattn::statistics_observer* stats, bool quiet) {
+  const gattn::index T = in.tokens, d = layer.hidden();
+  const float* x = in.x.data();
+  progress_line progress(!quiet);
+  run_timing t;
+  t.prefilled = decode_from < 0 ? T : decode_from;
+  const auto prefill_start = run_clock::now();
+  if (decode_from < 0) {
+    layer.forward({x, T, d, d}, {y, T, d, d}, stats);
+    t.prefill_ms = milliseconds_since(prefill_start);
+    return t;
+  }
+  gattn::detail::require<gattn::cache_error>(layer.causal(), "--decode-from needs a causal layer (the config says causal=false)");
+  gattn::kv_cache cache = layer.make_cache(T);
+  if (t.prefilled > 0) layer.prefill({x, t.prefilled, d, d}, cache, {y, t.prefilled, d, d}, stats);
+  t.prefill_ms = milliseconds_since(prefill_start);
+  const auto decode_start = run_clock::now();
+  for (gattn::index i = t.prefilled; i < T; ++i) {
+    layer.decode({x + i * d, 1, d, d}, cache, {y + i * d, 1, d, d}, stats);
+    progress.update("decode", i + 1 - t.prefilled, T - t.prefilled);
+  }
+  t.decode_ms = milliseconds_since(decode_start);
+  progress.clear();
+  return t;
+}
+
+/// --check: prints the relative error and throws run_failure above the tolerance (NaN fails).
+void check_run_output(const run_request& r, const std::vector<float>& y, const std::vector<double>& y_ref) {
+  const double rel = relative_error(y, y_ref);
+  const bool ok = rel <= r.tolerance;
+  std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(r.tolerance) << " "
+            << (ok ? "ok" : "FAILED") << "\n";
+  if (!ok)
+    throw run_failure("--check: relative error " + short_number(rel) + " is above --tol " + short_number(r.tolerance) +
+                      " (against 'y' in " + r.input_path + ")");
+}
+
 int run_command(int argc, char** argv) {
   const arguments args(argc, argv, 2,
                        {"--config", "--weights", "--input", "--output", "--prefix", "--decode-from", "--stats",
                         "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol", "--batch-lengths",
                         "--block-size"},
                        {"--reference", "--check", "--quiet"});
-  // Every usage error before any file is read.
-  const std::string config_path = args.need("--config");
-  args.need("--weights");
-  const std::string input_path = args.need("--input");
-  const bool check = args.flag("--check");
-  if (!check) args.need("--output");
-  if (args.has("--tol") && !check) throw usage_error("option --tol needs --check");
-  const double tolerance = args.positive_number("--tol", 1e-4);
-  const gattn::index layer_index = args.integer("--layer", -1, 0);
-  const gattn::index decode_from = args.integer("--decode-from", -1, 0);
-  const gattn::mla_form form = args.choice(
-      "--mla-form", {gattn::mla_form::automatic, gattn::mla_form::absorbed, gattn::mla_form::expanded},
-      gattn::mla_form::automatic);
-  run_options options;
-  if (args.has("--kv-dtype"))
-    options.kv_dtype = args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
-  options.kv_numerics =
-      args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
-  const batch_options batch = parse_batch_options(args);
-  if (args.has("--output")) check_writable("--output", args.values.at("--output"));
-  if (args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
-
-  gattn::layer_config cfg = gattn::io::load_layer_config(config_path, layer_index);
-  if (options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *options.kv_dtype; }, cfg);
-  if (args.has("--kv-numerics")) std::visit([&](auto& c) { c.kv_numerics = options.kv_numerics; }, cfg);
-  const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));  // a file, an index or a directory
-  const std::string prefix = layer_index >= 0 && !args.has("--prefix")
-                                 ? gattn::io::hf_layer_prefix(read_config_json(config_path), layer_index)
-                                 : find_prefix(weights_file, args);
+  const run_request r = parse_run_request(args);
   gattn::cli::tp_group& group = gattn::cli::tp_group::current();  // under mpirun: this rank's heads
-  gattn::cli::run_layer layer(cfg, gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true), group);
+  const gattn::layer_config cfg = run_config(args, r);
+  gattn::cli::run_layer layer(cfg, run_weights(args, r), group);
   if (args.flag("--reference")) layer.set_sdpa(&gattn::reference_sdpa);
-  if (form != gattn::mla_form::automatic) layer.set_mla_form(form);
-
-  const auto input = gattn::io::safetensors_file::open(input_path);
-  const auto& xi = input.info("x");
+  if (r.form != gattn::mla_form::automatic) layer.set_mla_form(r.form);
   const gattn::index d = layer.hidden();
-  gattn::detail::require<gattn::shape_error>(xi.shape.size() == 2 && xi.shape[1] == d, input_path, ": 'x' has shape ",
-                                             gattn::io::detail::shape_string(xi.shape), ", expected [T, ", d, "]");
-  const gattn::index T = xi.shape[0];
-  std::vector<double> y_ref;
-  if (check) {
-    gattn::detail::require<gattn::shape_error>(input.contains("y"), input_path,
-                                               ": --check needs a tensor 'y' [T, d] in the input file; it has none");
-    const auto& yi = input.info("y");
-    gattn::detail::require<gattn::shape_error>(yi.shape.size() == 2 && yi.shape[0] == T && yi.shape[1] == d,
-                                               input_path, ": 'y' has shape ", gattn::io::detail::shape_string(yi.shape),
-                                               ", expected [", T, ", ", d, "] for --check");
-    y_ref = input.read_f64("y");
-  }
-  if (decode_from > T)
-    throw usage_error("--decode-from " + std::to_string(decode_from) + " is past the input's " + std::to_string(T) +
-                      " tokens");
-  const std::vector<float> x = input.read_f32("x");
-  if (!batch.lengths.empty()) return run_batch_command(args, batch, layer, x, T, y_ref, group.root() ? 0 : 1, group.size());
-  std::vector<float> y(std::size_t(T * d));
+  const run_input in = read_run_input(r, d);
+  if (!r.batch.lengths.empty())
+    return run_batch_command(args, r.batch, layer, in.x, in.tokens, in.y_ref, group.root() ? 0 : 1, group.size());
 
   gattn::statistics_observer observer;
   gattn::statistics_observer* stats = args.has("--stats") ? &observer : nullptr;
   const bool quiet = args.flag("--quiet") || !group.root();
-  progress_line progress(!quiet);
-  const gattn::index prefilled = decode_from < 0 ? T : decode_from;
-  const auto prefill_start = run_clock::now();
-  if (decode_from < 0) {
-    layer.forward({x.data(), T, d, d}, {y.data(), T, d, d}, stats);
-  }
-  std::optional<gattn::kv_cache> cache;
-  if (decode_from >= 0) {
-    gattn::detail::require<gattn::cache_error>(layer.causal(), "--decode-from needs a causal layer (the config says causal=false)");
-    cache.emplace(layer.make_cache(T));
-    if (prefilled > 0) layer.prefill({x.data(), prefilled, d, d}, *cache, {y.data(), prefilled, d, d}, stats);
-  }
-  const double prefill_ms = milliseconds_since(prefill_start);
-  const auto decode_start = run_clock::now();
-  for (gattn::index t = prefilled; t < T; ++t) {
-    layer.decode({x.data() + t * d, 1, d, d}, *cache, {y.data() + t * d, 1, d, d}, stats);
-    progress.update("decode", t + 1 - prefilled, T - prefilled);
-  }
-  const double decode_ms = milliseconds_since(decode_start);
-  progress.clear();
-
+  std::vector<float> y(std::size_t(in.tokens * d));
+  const run_timing t = run_sequence(layer, in, r.decode_from, y.data(), stats, quiet);
   if (args.has("--output") && group.root()) {
-    gattn::io::write_safetensors(args.values.at("--output"), {{"y", gattn::io::dtype::f32, {T, d}, y.data()}},
+    gattn::io::write_safetensors(args.values.at("--output"), {{"y", gattn::io::dtype::f32, {in.tokens, d}, y.data()}},
                                  {{"producer", std::string("gattn ") + GATTN_VERSION}});
   }
   if (stats) write_text_file("--stats", args.values.at("--stats"), observer.result().to_json().dump(2) + "\n");
   if (!quiet) {
     // One greppable line of key=value fields; new fields are appended, never reordered.
-    const double seconds = (prefill_ms + decode_ms) / 1000;
+    const double seconds = (t.prefill_ms + t.decode_ms) / 1000;
     std::fprintf(stderr, "gattn: run: tokens=%lld prefill=%lld/%.3fms decode=%lld/%.3fms tok/s=%.3g arch=%s threads=%d%s\n",
-                 static_cast<long long>(T), static_cast<long long>(prefilled), prefill_ms,
-                 static_cast<long long>(T - prefilled), decode_ms, seconds > 0 ? double(T) / seconds : 0.0,
-                 gattn::default_arch_name().c_str(), available_threads(),
+                 static_cast<long long>(in.tokens), static_cast<long long>(t.prefilled), t.prefill_ms,
+                 static_cast<long long>(in.tokens - t.prefilled), t.decode_ms,
+                 seconds > 0 ? double(in.tokens) / seconds : 0.0, gattn::default_arch_name().c_str(), available_threads(),
                  group.mpi() ? (" ranks=" + std::to_string(group.size())).c_str() : "");
   }
-  if (check && group.root()) {
-    const double rel = relative_error(y, y_ref);
-    const bool ok = rel <= tolerance;  // NaN fails
-    std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(tolerance) << " "
-              << (ok ? "ok" : "FAILED") << "\n";
-    if (!ok)
-      throw run_failure("--check: relative error " + short_number(rel) + " is above --tol " + short_number(tolerance) +
-                        " (against 'y' in " + input_path + ")");
-  }
+  if (r.check && group.root()) check_run_output(r, y, in.y_ref);
   return 0;
 }
 
