@@ -75,7 +75,8 @@ inline unit_coord unit_coords(const sdpa_params& p, const sdpa_plan& pl, index u
 
 /// Split-KV partial states: [unit][split][row_pad] blocks of (O | m | l), dv_pad + 2 floats a row.
 inline index partial_row_floats(const sdpa_plan& pl) { return pl.dv_pad + 2; }
-inline float* partial_block(float* partials, const sdpa_plan& pl, index u, index sp) {
+template <class T>  // float or const float
+inline T* partial_block(T* partials, const sdpa_plan& pl, index u, index sp) {
   return partials + (u * pl.splits + sp) * pl.rows_pad * partial_row_floats(pl);
 }
 
@@ -171,7 +172,7 @@ inline void merge_unit(const sdpa_params& p, const sdpa_plan& pl, const float* p
   float* base = thread_scratch().get(pl.scratch_floats);
   const unit_scratch sc = carve(base, p, pl, kernel_traits<Arch>::block_keys);
   const index rf = partial_row_floats(pl);
-  const float* part = partials + u * pl.splits * pl.rows_pad * rf;
+  const float* part = partial_block(partials, pl, u, 0);
   for (index m = 0; m < pl.rows_pad; ++m)
     merge_splits(part + m * rf, pl.rows_pad * rf, pl.splits, pl.dv_pad, sc.o + m * pl.dv_pad, sc.m[m], sc.l[m]);
   finish_unit<Arch>(p, pl, sc, unit_coords(p, pl, u));
