@@ -151,6 +151,40 @@ struct mla_config {
   }
 };
 
+/// Which gated delta-rule layer (SPEC §13): Qwen3-Next's Gated DeltaNet (one decay per value head,
+/// fused in_proj_qkvz / in_proj_ba, SiLU output gate) or Kimi's KDA (one decay per key channel,
+/// separate projections and convolutions, sigmoid output gate).
+enum class delta_kind { gated_deltanet, kda };
+/// KDA's decay from f = f_b_proj(f_a_proj(x)): `softplus` g = −exp(A_log)·softplus(f + dt_bias)
+/// (Kimi Linear); `lower_bound` g = L·σ(exp(A_log)·(f + dt_bias)) with L in [−5, 0) (Kimi K3).
+enum class decay_form { softplus, lower_bound };
+
+/// A gated delta-rule layer (SPEC §13). The recurrent state is fp32 [value_heads, key_head_dim,
+/// value_head_dim] per sequence; value head h reads key head h / (value_heads / key_heads).
+struct delta_config {
+  delta_kind kind = delta_kind::gated_deltanet;
+  index hidden = 0;
+  index key_heads = 0;       ///< num_key_heads (H_k)
+  index value_heads = 0;     ///< num_value_heads (H_v), a multiple of H_k; KDA: equal to H_k
+  index key_head_dim = 0;    ///< D_k
+  index value_head_dim = 0;  ///< D_v
+  index conv_kernel = 4;     ///< K: taps of the causal depthwise convolution
+  double rms_norm_eps = 1e-6;
+  decay_form decay = decay_form::softplus;  ///< KDA only
+  double decay_lower_bound = 0;             ///< KDA `lower_bound`: L in [−5, 0)
+  /// KDA's output-gate scores: `separate` (g_proj, full rank) or `low_rank` (g_a_proj → g_b_proj).
+  gate_source gate = gate_source::separate;
+  index gate_rank = 0;  ///< low_rank: inner width; 0 = read from g_a_proj's shape
+
+  index group_size() const { return value_heads / key_heads; }
+  /// q is read as q / sqrt(D_k).
+  double scale() const { return 1.0 / std::sqrt(double(key_head_dim)); }
+  /// Channels of the short convolution: [q (H_k·D_k) | k (H_k·D_k) | v (H_v·D_v)].
+  index conv_channels() const { return 2 * key_heads * key_head_dim + value_heads * value_head_dim; }
+  /// fp32 values of one sequence's recurrent state S.
+  index state_values() const { return value_heads * key_head_dim * value_head_dim; }
+};
+
 /// A layer of either family, as a config file describes it (SPEC §8, §9).
 using layer_config = std::variant<gqa_config, mla_config>;
 
@@ -199,6 +233,8 @@ inline const char* to_string(storage_type t) {
 }
 inline const char* to_string(kv_numerics n) { return n == kv_numerics::exact ? "exact" : "fast"; }
 inline const char* to_string(gate_rounding r) { return r == gate_rounding::none ? "none" : "bf16"; }
+inline const char* to_string(delta_kind k) { return k == delta_kind::gated_deltanet ? "gated_deltanet" : "kda"; }
+inline const char* to_string(decay_form d) { return d == decay_form::softplus ? "softplus" : "lower_bound"; }
 inline const char* to_string(rope_style r) {
   switch (r) {
     case rope_style::neox: return "neox";

@@ -156,6 +156,43 @@ inline void validate(const mla_config& c) {
   validate(c.rope, c.qk_rope_head_dim);
 }
 
+/// Upper bound of the values one token takes in any single buffer of a delta-rule layer call: the
+/// projection row [q | k | v | gate scores | β | decay inputs] and the per-channel decay.
+inline index values_per_token(const delta_config& c) {
+  const index qk = c.key_heads * c.key_head_dim, v = c.value_heads * c.value_head_dim;
+  const index decay_in = c.kind == delta_kind::kda ? c.key_head_dim + c.value_heads * c.key_head_dim : c.value_heads;
+  const index gate_in = c.kind == delta_kind::kda && c.gate == gate_source::low_rank ? c.gate_rank : 0;
+  return 2 * qk + 2 * v + c.value_heads + decay_in + gate_in + std::max(v, c.hidden);
+}
+
+/// Refuses a delta-rule config (SPEC §13) that breaks a rule, naming the config key.
+inline void validate(const delta_config& c) {
+  detail::require_size("hidden_size", c.hidden);
+  detail::require_size("num_key_heads", c.key_heads);
+  detail::require_size("num_value_heads", c.value_heads);
+  detail::require<config_error>(c.value_heads % c.key_heads == 0, "num_value_heads=", c.value_heads,
+                                " must be a multiple of num_key_heads=", c.key_heads);
+  detail::require<config_error>(c.kind != delta_kind::kda || c.value_heads == c.key_heads, "num_value_heads=",
+                                c.value_heads, " must equal num_key_heads=", c.key_heads, " for attention=kda");
+  detail::require_size("key_head_dim", c.key_head_dim);
+  detail::require_size("value_head_dim", c.value_head_dim);
+  // The conv state keeps K − 1 rows of every channel per sequence; no model uses more than a few taps.
+  detail::require<config_error>(c.conv_kernel >= 1 && c.conv_kernel <= 256, "conv_kernel=", c.conv_kernel,
+                                " must be in [1, 256]");
+  validate_eps(c.rms_norm_eps);
+  if (c.kind == delta_kind::kda && c.decay == decay_form::lower_bound)
+    detail::require<config_error>(c.decay_lower_bound >= -5 && c.decay_lower_bound < 0, "decay_lower_bound=",
+                                  c.decay_lower_bound, " must be in [-5, 0) for decay=lower_bound");
+  detail::require<config_error>(c.gate == gate_source::separate || c.gate == gate_source::low_rank,
+                                "gate.source=", to_string(c.gate), " must be separate or low_rank");
+  detail::require_size("gate.rank", c.gate_rank, 0);
+  detail::checked_values<config_error>(values_per_token(c), c.hidden, "delta: the projections (num_key_heads=",
+                                       c.key_heads, ", num_value_heads=", c.value_heads, ", key_head_dim=",
+                                       c.key_head_dim, ", value_head_dim=", c.value_head_dim, ") * hidden_size");
+  detail::checked_values<config_error>(c.value_heads * c.key_head_dim, c.value_head_dim,
+                                       "delta: the recurrent state, num_value_heads * key_head_dim * value_head_dim");
+}
+
 /// `c` once validate(c) has passed: for member initialisers, so that a layer builds nothing
 /// (RoPE tables, weights) from a config that is refused.
 inline const gqa_config& validated(const gqa_config& c) {
@@ -163,6 +200,10 @@ inline const gqa_config& validated(const gqa_config& c) {
   return c;
 }
 inline const mla_config& validated(const mla_config& c) {
+  validate(c);
+  return c;
+}
+inline const delta_config& validated(const delta_config& c) {
   validate(c);
   return c;
 }
