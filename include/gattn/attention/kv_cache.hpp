@@ -31,6 +31,9 @@ struct layer_workspace {
   streamed_vector<float> latent;           ///< MLA: the new latent rows of a call
   streamed_vector<float> expanded_latent;  ///< MLA: a sequence's widened cache (expanded form)
   streamed_vector<float> lse;
+  streamed_vector<float> decay;           ///< delta-rule layers: KDA's per-channel decay of a call's rows
+  streamed_vector<float> kernel_scratch;  ///< delta-rule layers: one slot per concurrent kernel task
+  std::vector<float> conv_tails;          ///< delta-rule layers: one sequence's next convolution tail
   std::vector<float> rope;    ///< cos and sin of one position
   std::vector<sdpa_params> problems;  ///< one SDPA problem per sequence of a batch
   std::vector<unsigned char> flags;   ///< one per sequence (MLA: the sequence runs the absorbed form)
