@@ -2,6 +2,7 @@
 #include "cli_batch.hpp"
 
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "gattn/io.hpp"
@@ -27,17 +28,26 @@ std::vector<index> parse_batch_lengths(const std::string& text) {
 
 namespace {
 
-// One paged pool (SPEC §11) with exactly the blocks the sequences need, one sequence each.
+// The sequences' memory: one paged pool (docs/spec.md §11) with exactly the blocks they need, or,
+// for a delta-rule layer, one pool with a state slot per sequence (docs/spec.md §13).
 struct batch_caches {
-  paged_kv_cache pool;
+  std::optional<paged_kv_cache> pool;
   std::vector<paged_kv_cache::sequence_id> ids;
+  std::optional<delta_state_pool> states;
+  std::vector<delta_state_pool::sequence_id> state_ids;
 };
 
 batch_caches make_caches(const run_layer& layer, const std::vector<index>& lengths, index block_size) {
+  batch_caches c;
+  if (layer.is_delta()) {
+    c.states.emplace(layer.make_state_pool(index(lengths.size())));
+    for (std::size_t s = 0; s < lengths.size(); ++s) c.state_ids.push_back(c.states->create());
+    return c;
+  }
   index blocks = 0;
   for (index L : lengths) blocks += (L + block_size - 1) / block_size;
-  batch_caches c{layer.make_paged_cache(blocks, block_size), {}};
-  for (std::size_t s = 0; s < lengths.size(); ++s) c.ids.push_back(c.pool.create());
+  c.pool.emplace(layer.make_paged_cache(blocks, block_size));
+  for (std::size_t s = 0; s < lengths.size(); ++s) c.ids.push_back(c.pool->create());
   return c;
 }
 
@@ -45,7 +55,20 @@ batch_caches make_caches(const run_layer& layer, const std::vector<index>& lengt
 struct batch_call {
   std::vector<index> cu{0}, members;
   std::vector<sequence_cache> handles;
+  std::vector<delta_sequence> states;
   std::vector<float> x, y;
+
+  void add(batch_caches& c, index s) {
+    members.push_back(s);
+    if (c.states) states.emplace_back(*c.states, c.state_ids[std::size_t(s)]);
+    else handles.emplace_back(*c.pool, c.ids[std::size_t(s)]);
+  }
+  void run(const run_layer& layer, index d, layer_workspace& ws) {
+    const index N = cu.back(), B = index(members.size());
+    y.resize(std::size_t(N * d));
+    if (!states.empty()) layer.step({x.data(), N, d, d}, cu.data(), B, states.data(), {y.data(), N, d, d}, ws);
+    else layer.step({x.data(), N, d, d}, cu.data(), B, handles.data(), {y.data(), N, d, d}, ws);
+  }
 };
 
 }  // namespace
@@ -64,16 +87,12 @@ std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vec
       const index L = lengths[std::size_t(s)], at = done[std::size_t(s)];
       const index n = prefill ? (L + 1) / 2 : std::min<index>(1, L - at);
       if (n == 0) continue;
-      call.members.push_back(s);
-      call.handles.emplace_back(caches.pool, caches.ids[std::size_t(s)]);
+      call.add(caches, s);
       call.cu.push_back(call.cu.back() + n);
       call.x.insert(call.x.end(), x.begin() + at * d, x.begin() + (at + n) * d);
     }
     if (call.members.empty()) return y;
-    const index N = call.cu.back();
-    call.y.resize(std::size_t(N * d));
-    layer.step({call.x.data(), N, d, d}, call.cu.data(), index(call.members.size()), call.handles.data(),
-               {call.y.data(), N, d, d}, ws);
+    call.run(layer, d, ws);
     for (std::size_t i = 0; i < call.members.size(); ++i) {
       const index s = call.members[i], n = call.cu[i + 1] - call.cu[i];
       std::memcpy(y[std::size_t(s)].data() + done[std::size_t(s)] * d, call.y.data() + call.cu[i] * d,

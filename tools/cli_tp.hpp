@@ -52,6 +52,13 @@ class run_layer {
   }
 
   index hidden() const { return tp_ ? tp_->hidden() : one_->hidden(); }
+  const any_layer& local() const { return tp_ ? tp_->local() : *one_; }
+  /// A gated delta-rule layer (recurrent state), not a softmax layer (KV cache).
+  bool is_delta() const { return local().is_delta(); }
+  delta_state make_state() const { return tp_ ? tp_->make_state() : one_->make_state(); }
+  delta_state_pool make_state_pool(index slots) const {
+    return tp_ ? tp_->make_state_pool(slots) : one_->make_state_pool(slots);
+  }
   bool causal() const { return tp_ ? tp_->causal() : one_->causal(); }
   kv_cache make_cache(index capacity) const { return tp_ ? tp_->make_cache(capacity) : one_->make_cache(capacity); }
   void set_sdpa(sdpa_function f) { (tp_ ? tp_->local() : *one_).set_sdpa(f); }
@@ -64,6 +71,22 @@ class run_layer {
             matrix_view<float> y, layer_workspace& ws) const {
     if (tp_) tp_->step(x, cu_seqlens, batch, caches, y, ws);
     else one_->step(x, cu_seqlens, batch, caches, y, ws);
+  }
+
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
+            matrix_view<float> y, layer_workspace& ws) const {
+    if (tp_) tp_->step(x, cu_seqlens, batch, states, y, ws);
+    else one_->step(x, cu_seqlens, batch, states, y, ws);
+  }
+  void prefill(matrix_view<const float> x, delta_state& st, matrix_view<float> y, statistics_observer* s) const {
+    if (!tp_) return one_->prefill(x, st, y, s);
+    refuse_stats(s);
+    tp_->prefill(x, st, y);
+  }
+  void decode(matrix_view<const float> x, delta_state& st, matrix_view<float> y, statistics_observer* s) const {
+    if (!tp_) return one_->decode(x, st, y, s);
+    refuse_stats(s);
+    tp_->decode(x, st, y);
   }
 
   void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* s) const {

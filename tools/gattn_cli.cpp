@@ -380,8 +380,20 @@ run_request parse_run_request(const arguments& args) {
 /// The layer's config, with the request's cache type and numerics.
 gattn::layer_config run_config(const arguments& args, const run_request& r) {
   gattn::layer_config cfg = gattn::io::load_layer_config(r.config_path, r.layer_index);
-  if (r.options.kv_dtype) std::visit([&](auto& c) { c.kv_cache_type = *r.options.kv_dtype; }, cfg);
-  if (args.has("--kv-numerics")) std::visit([&](auto& c) { c.kv_numerics = r.options.kv_numerics; }, cfg);
+  const bool kv_options = r.options.kv_dtype || args.has("--kv-numerics");
+  if (std::holds_alternative<gattn::delta_config>(cfg)) {
+    if (kv_options)
+      throw usage_error("--kv-dtype and --kv-numerics do not apply to a gated delta-rule layer (its state is fp32)");
+    return cfg;
+  }
+  std::visit(
+      [&](auto& c) {
+        if constexpr (!std::is_same<std::decay_t<decltype(c)>, gattn::delta_config>::value) {
+          if (r.options.kv_dtype) c.kv_cache_type = *r.options.kv_dtype;
+          if (args.has("--kv-numerics")) c.kv_numerics = r.options.kv_numerics;
+        }
+      },
+      cfg);
   return cfg;
 }
 
@@ -430,6 +442,26 @@ struct run_timing {
   double prefill_ms = 0, decode_ms = 0;
 };
 
+/// The prefill of t.prefilled tokens through `memory` (a KV cache or a recurrent state), then one
+/// decode step per token.
+template <class Memory>
+run_timing run_steps(const gattn::cli::run_layer& layer, Memory& cache, const run_input& in, run_timing t, float* y,
+                     gattn::statistics_observer* stats, progress_line& progress) {
+  const gattn::index T = in.tokens, d = layer.hidden();
+  const float* x = in.x.data();
+  const auto prefill_start = run_clock::now();
+  if (t.prefilled > 0) layer.prefill({x, t.prefilled, d, d}, cache, {y, t.prefilled, d, d}, stats);
+  t.prefill_ms = milliseconds_since(prefill_start);
+  const auto decode_start = run_clock::now();
+  for (gattn::index i = t.prefilled; i < T; ++i) {
+    layer.decode({x + i * d, 1, d, d}, cache, {y + i * d, 1, d, d}, stats);
+    progress.update("decode", i + 1 - t.prefilled, T - t.prefilled);
+  }
+  t.decode_ms = milliseconds_since(decode_start);
+  progress.clear();
+  return t;
+}
+
 /// One sequence: the whole input at once, or (--decode-from K) a prefill of K tokens through a KV
 /// cache and then one decode step per token.
 run_timing run_sequence(const gattn::cli::run_layer& layer, const run_input& in, gattn::index decode_from, float* y,
@@ -446,17 +478,12 @@ run_timing run_sequence(const gattn::cli::run_layer& layer, const run_input& in,
     return t;
   }
   gattn::detail::require<gattn::cache_error>(layer.causal(), "--decode-from needs a causal layer (the config says causal=false)");
-  gattn::kv_cache cache = layer.make_cache(T);
-  if (t.prefilled > 0) layer.prefill({x, t.prefilled, d, d}, cache, {y, t.prefilled, d, d}, stats);
-  t.prefill_ms = milliseconds_since(prefill_start);
-  const auto decode_start = run_clock::now();
-  for (gattn::index i = t.prefilled; i < T; ++i) {
-    layer.decode({x + i * d, 1, d, d}, cache, {y + i * d, 1, d, d}, stats);
-    progress.update("decode", i + 1 - t.prefilled, T - t.prefilled);
+  if (layer.is_delta()) {
+    gattn::delta_state state = layer.make_state();
+    return run_steps(layer, state, in, t, y, stats, progress);
   }
-  t.decode_ms = milliseconds_since(decode_start);
-  progress.clear();
-  return t;
+  gattn::kv_cache cache = layer.make_cache(T);
+  return run_steps(layer, cache, in, t, y, stats, progress);
 }
 
 /// --check: prints the relative error and throws run_failure above the tolerance (NaN fails).
@@ -523,18 +550,34 @@ int cost_command(int argc, char** argv) {
                              : std::nullopt;
   const gattn::layer_config cfg = gattn::io::load_layer_config(config_path);
   const nlohmann::json j = read_config_json(config_path);
-  // A hybrid model (Qwen3-Next) has gattn layers among others: count only those.
-  if (j.contains("model_type")) {
-    if (const auto census = gattn::io::attention_layers(j)) {
-      std::cout << "model: " << census->attention.size() << " of " << census->total
+  // A hybrid model (Qwen3-Next, Kimi Linear) has softmax and gated delta-rule layers: each kind is
+  // counted with its own layer count, then the model's totals.
+  std::optional<gattn::io::detail::hf_layer_census> census;
+  if (j.contains("model_type")) census = gattn::io::attention_layers(j);
+  const auto layer_cost_of = [&](const gattn::layer_config& c) {
+    gattn::layer_cost lc = std::visit([](const auto& l) { return gattn::cost(l); }, c);
+    if (kv_dtype && !lc.is_delta) lc.kv_cache_type = *kv_dtype;
+    return lc;
+  };
+  if (!census || census->linear.empty() || args.has("--layers")) {
+    if (census) {
+      std::cout << "model: " << census->attention.size() + census->linear.size() << " of " << census->total
                 << " layers are gattn layers (" << gattn::io::detail::hf_layer_list(census->attention) << ")";
       if (!args.has("--layers")) layers = gattn::index(census->attention.size());
       std::cout << (args.has("--layers") ? "; counting --layers " : "; counting ") << layers << "\n\n";
     }
+    std::cout << gattn::format_cost_report(layer_cost_of(cfg), layers, context, tokens, weights);
+    return 0;
   }
-  gattn::layer_cost c = std::visit([](const auto& l) { return gattn::cost(l); }, cfg);
-  if (kv_dtype) c.kv_cache_type = *kv_dtype;
-  std::cout << gattn::format_cost_report(c, layers, context, tokens, weights);
+  const gattn::layer_cost softmax = layer_cost_of(cfg);
+  const gattn::layer_cost linear = layer_cost_of(gattn::io::parse_layer_config(j, census->linear.front()));
+  const gattn::index n_soft = gattn::index(census->attention.size()), n_lin = gattn::index(census->linear.size());
+  std::cout << "model: " << census->total << " layers: " << n_soft << " softmax-attention ("
+            << gattn::io::detail::hf_layer_list(census->attention) << "), " << n_lin << " gated delta-rule ("
+            << gattn::io::detail::hf_layer_list(census->linear) << ")\n\n";
+  if (n_soft > 0) std::cout << gattn::format_cost_report(softmax, n_soft, context, tokens, weights) << "\n";
+  std::cout << gattn::format_cost_report(linear, n_lin, context, tokens, weights) << "\n";
+  std::cout << gattn::format_model_summary({{softmax, n_soft}, {linear, n_lin}}, context, weights);
   return 0;
 }
 

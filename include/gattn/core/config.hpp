@@ -185,8 +185,8 @@ struct delta_config {
   index state_values() const { return value_heads * key_head_dim * value_head_dim; }
 };
 
-/// A layer of either family, as a config file describes it (SPEC §8, §9).
-using layer_config = std::variant<gqa_config, mla_config>;
+/// A layer of any family, as a config file describes it (docs/spec.md §8, §9, §13).
+using layer_config = std::variant<gqa_config, mla_config, delta_config>;
 
 inline const char* to_string(gate_position p) {
   switch (p) {

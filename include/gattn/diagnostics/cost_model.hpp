@@ -72,6 +72,13 @@ struct layer_cost {
   /// broadcast to every head, so it counts like an unshared one): G1 H_q·D_v or H_q, G2/G3 H_kv·D or
   /// H_kv, G4 H_q·D or H_q, G5 d or 1; 0 without a gate.
   std::int64_t gate_activation_values_per_token = 0;
+  /// Gated delta-rule layers (docs/spec.md §13): no KV cache, a fixed state per sequence instead.
+  bool is_delta = false;
+  /// FLOPs of the delta rule per token, as the chunked form does them (docs/performance.md):
+  /// H_v·(6·D_k·D_v + 3·C·D_k + 2·C·D_v + C²/3) with chunks of C = 64 tokens.
+  double recurrence_flops_per_token = 0;
+  /// fp32 values of one sequence's state: S (H_v·D_k·D_v) and the convolution tail ((K − 1)·channels).
+  std::int64_t state_values_per_sequence = 0;
 
   /// Matmul FLOPs of every projection, gate included: 2 per weight (one multiply-add). For MLA this
   /// holds in both forms: absorbed decode applies W_uk and W_uv per token and head, which is
@@ -94,7 +101,16 @@ struct layer_cost {
   /// the usual matmul-FLOP convention); the gate's are, so its overhead stays visible.
   double flops_per_token(index context) const {
     detail::require<config_error>(context >= 0, "cost: context=", context, " must be >= 0");
-    return projection_flops_per_token() + double(context) * attention_flops_per_key + gate_flops_per_token;
+    return projection_flops_per_token() + double(context) * attention_flops_per_key + gate_flops_per_token +
+           recurrence_flops_per_token;
+  }
+
+  /// Bytes of memory one sequence holds in this layer at `context` tokens: its KV cache
+  /// (kv_cache_type) or its fp32 recurrent state, which does not grow with the context.
+  std::int64_t sequence_bytes(index context) const {
+    detail::require<config_error>(context >= 0, "cost: context=", context, " must be >= 0");
+    if (is_delta) return detail::cost_mul(state_values_per_sequence, 4, "state bytes");
+    return detail::cost_mul(kv_cache_bytes_per_token(), context, "kv cache bytes x context");
   }
 };
 
@@ -293,6 +309,61 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
   return out;
 }
 
+/// Parameter, FLOP and memory counts of one gated delta-rule layer (docs/spec.md §13), without
+/// biases. The output gate's scores (GDN: the z rows of in_proj_qkvz; KDA: g_proj or g_a → g_b) are
+/// the gate's parameters. KDA's low-rank widths come from the weights; without them (a config alone)
+/// they are taken as key_head_dim, as Kimi Linear has them (gate.rank when the config gives it).
+inline layer_cost cost(const delta_config& c) {
+  validate(c);
+  const index d = c.hidden, Hk = c.key_heads, Hv = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim;
+  const index qk = Hk * Dk, v = Hv * Dv, K = c.conv_kernel;
+  const bool kda = c.kind == delta_kind::kda;
+  layer_cost out;
+  out.is_delta = true;
+  out.description = std::string(kda ? "KDA" : "Gated DeltaNet") + " d=" + detail::with_commas(std::int64_t(d)) +
+                    " H_k=" + std::to_string(Hk) + " H_v=" + std::to_string(Hv) + " D_k=" + std::to_string(Dk) +
+                    " D_v=" + std::to_string(Dv) + " conv=" + std::to_string(K) +
+                    (kda ? std::string(", decay ") + to_string(c.decay) : std::string()) + ", output gate " +
+                    (kda ? "sigmoid" : "silu");
+  using detail::make_projection;
+  if (kda) {
+    const index fa = Dk, ga = c.gate_rank > 0 ? c.gate_rank : Dk;
+    for (const char* n : {"q_proj", "k_proj"}) out.projections.push_back(make_projection(n, qk, d));
+    out.projections.push_back(make_projection("v_proj", v, d));
+    out.projections.push_back(make_projection("f_a_proj", fa, d));
+    out.projections.push_back(make_projection("f_b_proj", Hv * Dk, fa));
+    out.projections.push_back(make_projection("b_proj", Hv, d));
+    if (c.gate == gate_source::low_rank) {
+      out.projections.push_back(make_projection("g_a_proj", ga, d, ga));
+      out.projections.push_back(make_projection("g_b_proj", v, ga, v));
+    } else {
+      out.projections.push_back(make_projection("g_proj", v, d, v));
+    }
+    out.projections.push_back(make_projection("o_proj", d, v));
+    for (const char* n : {"q_conv1d", "k_conv1d"}) out.norms.push_back(make_projection(n, qk, K));
+    out.norms.push_back(make_projection("v_conv1d", v, K));
+    out.norms.push_back(detail::make_norm("A_log", Hv));
+    out.norms.push_back(detail::make_norm("dt_bias", Hv * Dk));
+    out.norms.push_back(detail::make_norm("o_norm", Dv));
+  } else {
+    out.projections.push_back(make_projection("in_proj_qkvz", 2 * qk + 2 * v, d, v));
+    out.projections.push_back(make_projection("in_proj_ba", 2 * Hv, d));
+    out.projections.push_back(make_projection("out_proj", d, v));
+    out.norms.push_back(make_projection("conv1d", c.conv_channels(), K));
+    out.norms.push_back(detail::make_norm("A_log", Hv));
+    out.norms.push_back(detail::make_norm("dt_bias", Hv));
+    out.norms.push_back(detail::make_norm("norm", Dv));
+  }
+  detail::finish(out);
+  const double C = 64;
+  out.recurrence_flops_per_token =
+      double(Hv) * (6.0 * double(Dk) * double(Dv) + 3.0 * C * double(Dk) + 2.0 * C * double(Dv) + C * C / 3.0);
+  out.gate_activation_values_per_token = v;
+  out.gate_flops_per_token = 2.0 * double(v);
+  out.state_values_per_sequence = detail::cost_add(c.state_values(), (K - 1) * c.conv_channels(), "state values");
+  return out;
+}
+
 /// The human-readable table printed by `gattn cost`: per-projection parameters; per-layer and
 /// ×`layers` totals (the gate line is SPEC §7's "extra gate parameters"); FLOPs per token at
 /// `context` keys; weight bytes with weights stored as `weights`; KV-cache bytes per token at
@@ -338,25 +409,60 @@ inline std::string format_cost_report(const layer_cost& c, index layers, index c
   out << "\nFLOPs per token" << at << (c.is_mla ? std::string(" (") + to_string(c.form) + " MLA)" : "") << "\n";
   line("  projections", with_commas(c.projection_flops_per_token()),
        with_commas(c.projection_flops_per_token() * double(L)));
-  line("  attention", with_commas(double(context) * c.attention_flops_per_key),
-       with_commas(double(context) * c.attention_flops_per_key * double(L)));
+  if (c.is_delta)
+    line("  delta rule", with_commas(c.recurrence_flops_per_token), with_commas(c.recurrence_flops_per_token * double(L)));
+  else
+    line("  attention", with_commas(double(context) * c.attention_flops_per_key),
+         with_commas(double(context) * c.attention_flops_per_key * double(L)));
   line("  gate elementwise", with_commas(c.gate_flops_per_token), with_commas(c.gate_flops_per_token * double(L)));
   line("  total", with_commas(flops), with_commas(flops * double(L)));
 
-  const double kv = double(c.kv_cache_values_per_token);
-  const std::int64_t kv_bytes = c.kv_cache_bytes_per_token();
-  out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
-      << to_string(c.kv_cache_type) << ")\n";
-  const std::string kv_label = std::string("  ") + to_string(c.kv_cache_type) + " (cache)";
-  line(kv_label.c_str(), detail::bytes_text(double(kv_bytes)), detail::bytes_text(double(times_layers(kv_bytes))));
-  line("  fp32", detail::bytes_text(kv * 4), detail::bytes_text(kv * 4 * double(L)));
-  line("  bf16", detail::bytes_text(kv * 2), detail::bytes_text(kv * 2 * double(L)));
+  if (c.is_delta) {
+    const std::int64_t st = c.sequence_bytes(context);
+    out << "\nState per sequence (" << with_commas(c.state_values_per_sequence)
+        << " fp32 values per layer, whatever the context)\n";
+    line("  fp32", detail::bytes_text(double(st)), detail::bytes_text(double(times_layers(st))));
+  } else {
+    const double kv = double(c.kv_cache_values_per_token);
+    const std::int64_t kv_bytes = c.kv_cache_bytes_per_token();
+    out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
+        << to_string(c.kv_cache_type) << ")\n";
+    const std::string kv_label = std::string("  ") + to_string(c.kv_cache_type) + " (cache)";
+    line(kv_label.c_str(), detail::bytes_text(double(kv_bytes)), detail::bytes_text(double(times_layers(kv_bytes))));
+    line("  fp32", detail::bytes_text(kv * 4), detail::bytes_text(kv * 4 * double(L)));
+    line("  bf16", detail::bytes_text(kv * 2), detail::bytes_text(kv * 2 * double(L)));
+  }
 
   const std::int64_t act = detail::cost_mul(c.gate_activation_values_per_token, tokens, "gate activations x tokens");
   out << "\nGate activations for " << with_commas(std::int64_t(tokens)) << " tokens (" << with_commas(act)
       << " values per layer, " << with_commas(times_layers(act)) << " in all)\n";
   line("  fp32", detail::bytes_text(double(act) * 4), detail::bytes_text(double(act) * 4 * double(L)));
   line("  bf16", detail::bytes_text(double(act) * 2), detail::bytes_text(double(act) * 2 * double(L)));
+  return out.str();
+}
+
+/// The totals of a model made of several kinds of layer (`layer_cost`, count): parameters, weight
+/// bytes, FLOPs per token at `context`, and the memory one sequence holds at that context (the
+/// softmax layers' KV caches beside the delta-rule layers' fixed states).
+inline std::string format_model_summary(const std::vector<std::pair<layer_cost, index>>& kinds, index context,
+                                        storage_type weights = storage_type::f32) {
+  std::int64_t params = 0, bytes = 0, memory = 0;
+  double flops = 0;
+  for (const auto& [c, n] : kinds) {
+    detail::require<config_error>(n >= 0, "cost: a layer count of ", n);
+    params = detail::cost_add(params, detail::cost_mul(c.total_params, n, "params x layers"), "model params");
+    bytes = detail::cost_add(bytes, detail::cost_mul(c.weight_bytes(weights), n, "bytes x layers"), "model bytes");
+    memory = detail::cost_add(memory, detail::cost_mul(c.sequence_bytes(context), n, "memory x layers"), "memory");
+    flops += c.flops_per_token(context) * double(n);
+  }
+  std::ostringstream out;
+  out << "model attention, every gattn layer\n";
+  out << "  params                    " << detail::with_commas(params) << "\n";
+  out << "  weight bytes (" << to_string(weights) << ")       " << detail::bytes_text(double(bytes)) << "\n";
+  out << "  FLOPs per token           " << detail::with_commas(flops) << " at context "
+      << detail::with_commas(std::int64_t(context)) << "\n";
+  out << "  memory per sequence       " << detail::bytes_text(double(memory)) << " at context "
+      << detail::with_commas(std::int64_t(context)) << " (KV caches + recurrent states)\n";
   return out.str();
 }
 

@@ -20,7 +20,7 @@ namespace detail {
 /// The model types SPEC §8 maps, as listed in error messages.
 inline constexpr const char* hf_supported_model_types =
     "qwen3_next, qwen3 (plain or with the paper's headwise/elementwise_attn_output_gate), deepseek_v2, "
-    "deepseek_v3, kimi_k2, kimi_k3";
+    "deepseek_v3, kimi_k2, kimi_k3, kimi_linear";
 
 /// Families share one mapping each; the MLA family differs only in model_type.
 enum class hf_family { qwen3_next, qwen3, mla };
@@ -37,9 +37,29 @@ inline hf_family hf_family_of(const json& j) {
   const std::string type = get_string(j, "model_type", "hf config", "");
   if (type == "qwen3_next") return hf_family::qwen3_next;
   if (type == "qwen3") return hf_family::qwen3;
-  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2" || type == "kimi_k3") return hf_family::mla;
+  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2" || type == "kimi_k3" ||
+      type == "kimi_linear")
+    return hf_family::mla;
   throw config_error(gattn::detail::concat("hf config: 'model_type'=\"", type, "\" is not supported (supported: ",
                                            hf_supported_model_types, ")"));
+}
+
+/// Kimi Linear (and K3-style configs): `linear_attn_config.kda_layers` lists the KDA layers,
+/// 1-indexed (layer i is KDA when i + 1 is listed); without the block every layer is MLA.
+inline bool hf_kimi_delta_layer(const json& j, index layer, const std::string& w) {
+  if (!has(j, "linear_attn_config")) return false;
+  const json& l = j.at("linear_attn_config");
+  gattn::detail::require<config_error>(l.is_object(), w, ": 'linear_attn_config' must be an object");
+  if (!has(l, "kda_layers")) return false;
+  const json& kda = l.at("kda_layers");
+  gattn::detail::require<config_error>(kda.is_array() && kda.size() <= 65536, w,
+                                       ": 'linear_attn_config.kda_layers' must be an array of layer numbers");
+  for (const json& n : kda) {
+    gattn::detail::require<config_error>(n.is_number_integer(), w,
+                                         ": 'linear_attn_config.kda_layers' must hold integers (1-indexed layers)");
+    if (n.get<std::int64_t>() == std::int64_t(layer) + 1) return true;
+  }
+  return false;
 }
 
 /// Layer kind in Hugging Face's words ("full_attention", "linear_attention", "sliding_attention"):
@@ -72,7 +92,7 @@ inline std::string hf_layer_kind(const json& j, hf_family f, index layer, const 
       const index max_window_layers = get_index(j, "max_window_layers", w, 28);
       return layer >= max_window_layers ? "sliding_attention" : "full_attention";
     }
-    case hf_family::mla: return "full_attention";
+    case hf_family::mla: return hf_kimi_delta_layer(j, layer, w) ? "linear_attention" : "full_attention";
   }
   return "full_attention";
 }
@@ -95,6 +115,13 @@ inline index hf_first_attention_layer(const json& j, hf_family f, const std::str
     }
     throw config_error(w + ": 'layer_types' lists no softmax-attention layer");
   }
+  if (f == hf_family::mla) {
+    // Kimi Linear lists its KDA layers: the first layer not listed (bounded like every layer walk).
+    const index limit = n < 0 ? 65536 : std::min<index>(n, 65536);
+    for (index i = 0; i < limit; ++i)
+      if (!hf_kimi_delta_layer(j, i, w)) return i;
+    throw config_error(w + ": 'linear_attn_config.kda_layers' lists every layer: there is no MLA layer");
+  }
   if (f != hf_family::qwen3_next) return 0;
   const index interval = get_index(j, "full_attention_interval", w, 4);
   gattn::detail::require<config_error>(interval > 0, w, ": 'full_attention_interval'=", interval, " must be > 0");
@@ -103,10 +130,12 @@ inline index hf_first_attention_layer(const json& j, hf_family f, const std::str
   return interval - 1;
 }
 
-/// The layers gattn computes: softmax attention with no sliding window in use. Known only when the
-/// config says how many layers there are (`layer_types`, else `num_hidden_layers`).
+/// The layers gattn computes: softmax attention with no sliding window in use, and the gated
+/// delta-rule (linear-attention) layers. Known only when the config says how many layers there are
+/// (`layer_types`, else `num_hidden_layers`).
 struct hf_layer_census {
-  std::vector<index> attention;  ///< the gattn layers, ascending
+  std::vector<index> attention;  ///< the softmax-attention layers, ascending
+  std::vector<index> linear;     ///< the gated delta-rule layers (Gated DeltaNet, KDA), ascending
   index total = 0;               ///< all layers of the model
 };
 
@@ -126,6 +155,7 @@ inline std::optional<hf_layer_census> hf_attention_layers(const json& j, hf_fami
   for (index i = 0; i < n; ++i) {
     const std::string kind = hf_layer_kind(j, f, i, w);
     if (kind == "full_attention" || (kind == "sliding_attention" && !window_on)) census.attention.push_back(i);
+    if (kind == "linear_attention" && f != hf_family::qwen3) census.linear.push_back(i);
   }
   return census;
 }
@@ -140,34 +170,21 @@ inline std::string hf_layer_list(const std::vector<index>& layers) {
   return list;
 }
 
-/// Refuses a layer that is not softmax attention (a Gated DeltaNet layer, an unknown kind), naming the
-/// layers that are when the config says; returns its kind.
-inline std::string hf_require_attention_layer(const json& j, hf_family f, index layer, const std::string& w) {
+/// The kind of layer `layer` (full_attention, sliding_attention, or linear_attention: a Gated
+/// DeltaNet layer of qwen3_next, a KDA layer of kimi_linear); any other kind is refused.
+inline std::string hf_require_gattn_layer(const json& j, hf_family f, index layer, const std::string& w) {
   const std::string kind = hf_layer_kind(j, f, layer, w);
   if (kind == "linear_attention") {
-    const bool by_interval = !has(j, "layer_types") && f == hf_family::qwen3_next;
-    const index interval = by_interval ? get_index(j, "full_attention_interval", w, 4) : 0;
-    const std::string rule = by_interval ? gattn::detail::concat("'full_attention_interval'=", interval,
-                                                                 ": layer i is full attention iff (i+1) % ", interval,
-                                                                 " == 0")
-                                         : std::string("'layer_types'");
-    const auto census = hf_attention_layers(j, f, w);
-    const std::string which =
-        !census ? gattn::detail::concat("the first is ", hf_first_attention_layer(j, f, w))
-        : census->attention.empty()
-            ? std::string("there are none")
-            : gattn::detail::concat(hf_layer_list(census->attention), " (", census->attention.size(), " of ",
-                                    census->total, ")");
-    throw config_error(gattn::detail::concat(w, ": layer ", layer,
-                                             " is a linear-attention (Gated DeltaNet) layer, not a gattn layer; "
-                                             "the gattn (full-attention) layers: ",
-                                             which, " (", rule, ")"));
+    gattn::detail::require<config_error>(f != hf_family::qwen3, w, ": 'layer_types'[", layer,
+                                         "]=\"linear_attention\" is supported for qwen3_next (Gated DeltaNet) and "
+                                         "kimi_linear (KDA) only");
+    return kind;
   }
   gattn::detail::require<config_error>(kind == "full_attention" || kind == "sliding_attention", w, ": 'layer_types'[",
-                                       layer, "]=\"", kind, "\" is not supported (full_attention or sliding_attention)");
+                                       layer, "]=\"", kind,
+                                       "\" is not supported (full_attention, sliding_attention or linear_attention)");
   return kind;
 }
-
 
 [[noreturn]] inline void hf_refuse_window(const std::string& w, const std::string& which) {
   throw config_error(gattn::detail::concat(w, ": 'sliding_window' (with 'use_sliding_window'=true) is in use for ",
@@ -360,13 +377,61 @@ inline mla_config hf_parse_mla(const json& j, const std::string& w) {
   return c;
 }
 
-/// The shared body of both parse_hf_config overloads; layer < 0 means "every attention layer".
+/// The short convolution's activation is SiLU in both families' code: another hidden_act would change it.
+inline void hf_require_silu(const json& j, const std::string& w) {
+  const std::string act = get_string(j, "hidden_act", w, "silu");
+  gattn::detail::require<config_error>(act == "silu", w, ": 'hidden_act'=\"", act,
+                                       "\": the gated delta-rule layers' convolution is implemented with silu only");
+}
+
+/// Qwen3-Next's Gated DeltaNet layers (docs/spec.md §13): the linear_* keys.
+inline delta_config hf_parse_gdn(const json& j, const std::string& w) {
+  hf_require_silu(j, w);
+  delta_config c;
+  c.kind = delta_kind::gated_deltanet;
+  c.hidden = get_index(j, "hidden_size", w);
+  c.key_heads = get_index(j, "linear_num_key_heads", w);
+  c.value_heads = get_index(j, "linear_num_value_heads", w);
+  c.key_head_dim = get_index(j, "linear_key_head_dim", w);
+  c.value_head_dim = get_index(j, "linear_value_head_dim", w);
+  c.conv_kernel = get_index(j, "linear_conv_kernel_dim", w, 4);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  return c;
+}
+
+/// Kimi Linear's KDA layers (docs/spec.md §13): `linear_attn_config`; K3-style configs add
+/// `gate_lower_bound` (the bounded decay) and `use_full_rank_gate` (g_proj instead of g_a → g_b).
+inline delta_config hf_parse_kda(const json& j, const std::string& w) {
+  hf_require_silu(j, w);
+  const json& l = j.at("linear_attn_config");
+  const std::string lw = w + ".linear_attn_config";
+  delta_config c;
+  c.kind = delta_kind::kda;
+  c.hidden = get_index(j, "hidden_size", w);
+  c.key_heads = c.value_heads = get_index(l, "num_heads", lw);
+  c.key_head_dim = c.value_head_dim = get_index(l, "head_dim", lw);
+  c.conv_kernel = get_index(l, "short_conv_kernel_size", lw, 4);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  if (has(l, "gate_lower_bound")) {
+    c.decay = decay_form::lower_bound;
+    c.decay_lower_bound = get_double(l, "gate_lower_bound", lw);
+  }
+  c.gate = get_bool(l, "use_full_rank_gate", lw, false) ? gate_source::separate : gate_source::low_rank;
+  return c;  // the low-rank gate's rank comes from g_a_proj's shape
+}
+
+/// The shared body of both parse_hf_config overloads; layer < 0 means "the first softmax layer".
 inline layer_config parse_hf_config_at(const json& j, index layer) {
   const std::string w = hf_where(j);
   const hf_family f = hf_family_of(j);
   // Without a layer: the model must have a softmax-attention layer at all (this also type-checks
   // layer_types and full_attention_interval), and the result describes that kind of layer.
-  hf_require_attention_layer(j, f, layer >= 0 ? layer : hf_first_attention_layer(j, f, w), w);
+  const index at = layer >= 0 ? layer : hf_first_attention_layer(j, f, w);
+  if (hf_require_gattn_layer(j, f, at, w) == "linear_attention") {
+    delta_config c = f == hf_family::qwen3_next ? hf_parse_gdn(j, w) : hf_parse_kda(j, w);
+    validate(c);
+    return c;
+  }
   hf_check_window(j, f, layer, w);
   if (f == hf_family::mla) {
     mla_config c = hf_parse_mla(j, w);
@@ -390,24 +455,28 @@ inline layer_config parse_hf_config_at(const json& j, index layer) {
 /// layer, so a Qwen3 config whose window applies to some layers is refused: use the layer overload.
 inline layer_config parse_hf_config(const nlohmann::json& j) { return detail::parse_hf_config_at(j, -1); }
 
-/// As parse_hf_config(j), for layer `layer` only: refuses a layer that is not softmax attention (a
-/// Qwen3-Next Gated DeltaNet layer) and checks the sliding window for this layer alone.
+/// As parse_hf_config(j), for layer `layer`: a softmax-attention layer gives a gqa_config or an
+/// mla_config, a linear-attention layer a delta_config (Qwen3-Next: Gated DeltaNet; Kimi Linear: KDA);
+/// the sliding window is checked for this layer alone.
 inline layer_config parse_hf_config(const nlohmann::json& j, index layer) {
   gattn::detail::require<config_error>(layer >= 0, "hf config: layer ", layer, " must be >= 0");
   return detail::parse_hf_config_at(j, layer);
 }
 
-/// Weight-name prefix of layer `layer`'s attention, "model.layers.{i}.self_attn.".
-/// Throws config_error when the layer is out of range or not a softmax-attention layer (for
-/// qwen3_next: unless (i+1) % full_attention_interval == 0, default 4, or `layer_types` says so).
+/// Weight-name prefix of layer `layer`'s attention: "model.layers.{i}.self_attn.", or for a Qwen3-Next
+/// Gated DeltaNet layer "model.layers.{i}.linear_attn.". Throws config_error when the layer is out of
+/// range or of a kind gattn does not compute.
 inline std::string hf_layer_prefix(const nlohmann::json& j, index layer) {
   const std::string w = detail::hf_where(j);
-  detail::hf_require_attention_layer(j, detail::hf_family_of(j), layer, w);
-  return "model.layers." + std::to_string(layer) + ".self_attn.";
+  const detail::hf_family f = detail::hf_family_of(j);
+  const bool linear = detail::hf_require_gattn_layer(j, f, layer, w) == "linear_attention";
+  return "model.layers." + std::to_string(layer) +
+         (linear && f == detail::hf_family::qwen3_next ? ".linear_attn." : ".self_attn.");
 }
 
-/// The layers gattn computes (softmax attention, no sliding window in use) and the model's layer
-/// count, when the config gives it (`layer_types`, else `num_hidden_layers`); nullopt otherwise.
+/// The layers gattn computes (softmax attention with no sliding window in use, and the gated
+/// delta-rule layers) and the model's layer count, when the config gives it (`layer_types`, else
+/// `num_hidden_layers`); nullopt otherwise.
 inline std::optional<detail::hf_layer_census> attention_layers(const nlohmann::json& j) {
   const std::string w = detail::hf_where(j);
   return detail::hf_attention_layers(j, detail::hf_family_of(j), w);

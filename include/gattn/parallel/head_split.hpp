@@ -29,14 +29,17 @@ inline void check_rank(int rank, int ranks) {
 /// The split of `q_heads` query heads over `kv_heads` KV heads; config_error naming the heads and
 /// P when H_q is not a multiple of P, or neither of P and H_kv divides the other. Every rank sees
 /// the same numbers, so every rank refuses alike before any communication.
-inline head_split split_heads(index q_heads, index kv_heads, int rank, int ranks) {
+/// `q_name` and `kv_name` are the config keys the message names (a delta-rule layer splits its value
+/// heads as query heads and the key heads they read as KV heads).
+inline head_split split_heads(index q_heads, index kv_heads, int rank, int ranks,
+                              const char* q_name = "num_attention_heads", const char* kv_name = "num_key_value_heads") {
   detail::check_rank(rank, ranks);
-  detail::require<config_error>(q_heads > 0 && kv_heads > 0, "tensor parallelism: num_attention_heads=", q_heads,
-                                " and num_key_value_heads=", kv_heads, " must be positive");
+  detail::require<config_error>(q_heads > 0 && kv_heads > 0, "tensor parallelism: ", q_name, "=", q_heads, " and ",
+                                kv_name, "=", kv_heads, " must be positive");
   const index P = ranks;
-  detail::require<config_error>(q_heads % P == 0, "tensor parallelism: num_attention_heads=", q_heads,
-                                " is not divisible by the ", P, " ranks (query heads split evenly, SPEC §12)");
-  detail::require<config_error>(kv_heads % P == 0 || P % kv_heads == 0, "tensor parallelism: num_key_value_heads=",
+  detail::require<config_error>(q_heads % P == 0, "tensor parallelism: ", q_name, "=", q_heads,
+                                " is not divisible by the ", P, " ranks (heads split evenly, docs/spec.md §12)");
+  detail::require<config_error>(kv_heads % P == 0 || P % kv_heads == 0, "tensor parallelism: ", kv_name, "=",
                                 kv_heads, " and ", P,
                                 " ranks: the KV heads must split evenly (P divides H_kv) or be replicated "
                                 "(H_kv divides P), SPEC §12");
@@ -65,6 +68,13 @@ inline head_split split_heads(const mla_config& c, int rank, int ranks) {
   return split_heads(c.heads, 1, rank, ranks);
 }
 
+/// Delta-rule layers (docs/spec.md §13): value heads split like query heads; the key heads they read
+/// split with them or, when fewer than the ranks, are replicated.
+inline head_split split_heads(const delta_config& c, int rank, int ranks) {
+  validate(c);
+  return split_heads(c.value_heads, c.key_heads, rank, ranks, "num_value_heads", "num_key_heads");
+}
+
 /// The layer rank `s.rank` runs: its heads only. A G5 gate acts after the all-reduce, in the
 /// tensor-parallel wrapper, so the rank-local layer has none.
 inline gqa_config shard_config(const gqa_config& c, const head_split& s) {
@@ -78,6 +88,13 @@ inline gqa_config shard_config(const gqa_config& c, const head_split& s) {
 inline mla_config shard_config(const mla_config& c, const head_split& s) {
   mla_config local = c;
   local.heads = s.q_count;
+  return local;
+}
+
+inline delta_config shard_config(const delta_config& c, const head_split& s) {
+  delta_config local = c;
+  local.value_heads = s.q_count;
+  local.key_heads = s.kv_count;
   return local;
 }
 

@@ -153,4 +153,91 @@ inline weight_map shard_weights(const mla_config& c, const weight_map& w, const 
   return out;
 }
 
+namespace detail {
+
+/// The channels `runs` of a depthwise conv weight [C, 1, K], as [Σ count, 1, K].
+inline weight_view slice_channels(const weight_view& conv, const std::vector<row_run>& runs) {
+  const index K = conv.cols();
+  const weight_view flat(conv.type(), conv.data(), {conv.rows(), K}, conv.row_stride(), conv.keep_alive());
+  const weight_view rows = slice_rows(flat, runs);
+  return weight_view(rows.type(), rows.data(), {rows.rows(), 1, K}, rows.row_stride(), rows.keep_alive());
+}
+
+/// Per-head vectors of `per` values (A_log, dt_bias) for the rank's heads; A_log may be [1, 1, H, 1].
+inline void put_head_values(weight_map& out, const weight_map& w, const std::string& name, index heads, index per,
+                            const head_split& s) {
+  const weight_view& v = w.all().count(name) && w.all().at(name).shape().size() == 4 ? w.get(name, {1, 1, heads, 1})
+                                                                                      : w.get(name, {heads * per});
+  const weight_view flat(v.type(), v.data(), {heads * per}, -1, v.keep_alive());
+  out.set(name, slice_rows(flat, {{s.q_first * per, s.q_count * per}}));
+}
+
+/// Gated DeltaNet's fused projections: per key-head group, in_proj_qkvz [q | k | v of its r heads |
+/// z of its r heads] and in_proj_ba [b of r | a of r]; the rank keeps its groups, or, when a group is
+/// replicated across ranks, its q and k with the rank's value heads of that group.
+inline void put_gdn_projections(weight_map& out, const weight_map& w, const delta_config& c, const head_split& s) {
+  const index Dk = c.key_head_dim, Dv = c.value_head_dim, r = c.group_size(), W = 2 * Dk + 2 * r * Dv;
+  const index d = c.hidden, Hk = c.key_heads;
+  std::vector<row_run> qkvz, ba;
+  if (s.q_count == s.kv_count * r) {  // whole groups
+    qkvz.push_back({s.kv_first * W, s.kv_count * W});
+    ba.push_back({s.kv_first * 2 * r, s.kv_count * 2 * r});
+  } else {  // a part of one group: j0.. of its r value heads
+    const index g = s.kv_first, j0 = s.q_first - g * r, n = s.q_count;
+    qkvz = {{g * W, 2 * Dk}, {g * W + 2 * Dk + j0 * Dv, n * Dv}, {g * W + 2 * Dk + r * Dv + j0 * Dv, n * Dv}};
+    ba = {{g * 2 * r + j0, n}, {g * 2 * r + r + j0, n}};
+  }
+  put_rows(out, w, "in_proj_qkvz", {Hk * W, d}, qkvz);
+  put_rows(out, w, "in_proj_ba", {2 * c.value_heads, d}, ba);
+  const std::vector<row_run> channels = {{s.kv_first * Dk, s.kv_count * Dk},
+                                         {Hk * Dk + s.kv_first * Dk, s.kv_count * Dk},
+                                         {2 * Hk * Dk + s.q_first * Dv, s.q_count * Dv}};
+  out.set("conv1d.weight", slice_channels(w.get("conv1d.weight", {c.conv_channels(), 1, c.conv_kernel}), channels));
+}
+
+/// KDA's projections, convolutions and decay/gate inputs for the rank's heads (H_v = H_k: plain slices).
+inline void put_kda_projections(weight_map& out, const weight_map& w, const delta_config& c, const head_split& s) {
+  const index H = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim, d = c.hidden, K = c.conv_kernel;
+  const std::vector<row_run> qk = {{s.q_first * Dk, s.q_count * Dk}}, v = {{s.q_first * Dv, s.q_count * Dv}};
+  put_rows(out, w, "q_proj", {H * Dk, d}, qk);
+  put_rows(out, w, "k_proj", {H * Dk, d}, qk);
+  put_rows(out, w, "v_proj", {H * Dv, d}, v);
+  out.set("q_conv1d.weight", slice_channels(w.get("q_conv1d.weight", {H * Dk, 1, K}), qk));
+  out.set("k_conv1d.weight", slice_channels(w.get("k_conv1d.weight", {H * Dk, 1, K}), qk));
+  out.set("v_conv1d.weight", slice_channels(w.get("v_conv1d.weight", {H * Dv, 1, K}), v));
+  put_rows(out, w, "b_proj", {H, d}, {{s.q_first, s.q_count}});
+  const index fa = w.contains("f_a_proj.weight") ? w.all().at("f_a_proj.weight").rows() : 0;
+  put_whole(out, w, "f_a_proj.weight", {fa, d});
+  if (w.contains("f_a_proj.bias")) put_whole(out, w, "f_a_proj.bias", {fa});
+  put_rows(out, w, "f_b_proj", {H * Dk, fa}, qk);
+  if (c.gate == gate_source::separate) {
+    put_rows(out, w, "g_proj", {H * Dv, d}, v);
+    return;
+  }
+  const index rank = w.contains("g_a_proj.weight") ? w.all().at("g_a_proj.weight").rows() : c.gate_rank;
+  put_whole(out, w, "g_a_proj.weight", {rank, d});
+  if (w.contains("g_a_proj.bias")) put_whole(out, w, "g_a_proj.bias", {rank});
+  put_rows(out, w, "g_b_proj", {H * Dv, rank}, v);
+}
+
+}  // namespace detail
+
+/// Delta-rule layers (docs/spec.md §13): the rank's value heads with the key heads they read, their
+/// conv channels, β/decay/gate rows and the output projection's columns (its bias on rank 0 only).
+inline weight_map shard_weights(const delta_config& c, const weight_map& w, const head_split& s) {
+  validate(c);
+  const bool kda = c.kind == delta_kind::kda;
+  const index Dv = c.value_head_dim, d = c.hidden;
+  weight_map out;
+  if (kda) detail::put_kda_projections(out, w, c, s);
+  else detail::put_gdn_projections(out, w, c, s);
+  detail::put_head_values(out, w, "A_log", c.value_heads, 1, s);
+  detail::put_head_values(out, w, "dt_bias", c.value_heads, kda ? c.key_head_dim : 1, s);
+  const std::string norm = kda ? "o_norm.weight" : "norm.weight", proj = kda ? "o_proj" : "out_proj";
+  detail::put_whole(out, w, norm, {Dv});
+  out.set(proj + ".weight", slice_cols(w.get(proj + ".weight", {d, c.value_heads * Dv}), s.q_first * Dv, s.q_count * Dv));
+  if (s.rank == 0 && w.contains(proj + ".bias")) detail::put_whole(out, w, proj + ".bias", {d});
+  return out;
+}
+
 }  // namespace gattn

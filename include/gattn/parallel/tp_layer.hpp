@@ -47,6 +47,25 @@ class tp_layer {
     combine(x, y);
   }
 
+  /// Delta-rule layers: this rank's state (its value heads and conv channels), one or a pool.
+  delta_state make_state() const { return local_.make_state(); }
+  delta_state_pool make_state_pool(index slots) const { return local_.make_state_pool(slots); }
+
+  /// A batch over delta-rule states of this rank's heads, then one all-reduce of the N·d rows.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
+            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
+    local_.step(x, cu_seqlens, batch, states, y, ws, exec);
+    combine(x, y);
+  }
+  void prefill(matrix_view<const float> x, delta_state& state, matrix_view<float> y) const {
+    local_.prefill(x, state, y);
+    combine(x, y);
+  }
+  void decode(matrix_view<const float> x, delta_state& state, matrix_view<float> y) const {
+    local_.decode(x, state, y);
+    combine(x, y);
+  }
+
   void forward(matrix_view<const float> x, matrix_view<float> y) const {
     local_.forward(x, y);
     combine(x, y);
