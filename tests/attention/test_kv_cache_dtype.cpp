@@ -227,7 +227,8 @@ TEST(KvCacheDtype, AnyLayerCacheAndStatisticsReadTheStoredKeys) {
 TEST(KvCacheDtype, F16LayersRefuseOutOfRangeCallsWhole) {
   for (const char* name : {"gqa_kv_f16", "mla_kv_bf16"}) {
     auto c = test::load_vector_case(name);
-    std::visit([](auto& cfg) { cfg.kv_cache_type = storage_type::f16; }, c.config);
+    if (auto* g = std::get_if<gattn::gqa_config>(&c.config)) g->kv_cache_type = storage_type::f16;
+    if (auto* m = std::get_if<gattn::mla_config>(&c.config)) m->kv_cache_type = storage_type::f16;
     const gattn::any_layer layer(c.config, c.weights);
     kv_cache cache = layer.make_cache(c.tokens);
     const index d = c.hidden;

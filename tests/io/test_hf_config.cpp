@@ -510,44 +510,6 @@ TEST(HfConfigRefusal, InvalidValuesAreValidated) {
 // ---------------------------------------------------------------------------------------------
 // Layers and prefixes
 
-TEST(HfConfigLayers, Qwen3NextPrefixOnlyForFullAttention) {
-  const json j = read_json(data_path("hf_qwen3_next/config.json"));
-  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 3), "model.layers.3.self_attn.");
-  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 7), "model.layers.7.self_attn.");
-  try {
-    gattn::io::hf_layer_prefix(j, 2);
-    ADD_FAILURE() << "layer 2 accepted";
-  } catch (const config_error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("layer 2"));
-    EXPECT_THAT(e.what(), HasSubstr("Gated DeltaNet"));
-    EXPECT_THAT(e.what(), HasSubstr("full_attention_interval"));
-  }
-  EXPECT_THROW(parse_hf_config(j, 2), config_error);
-  EXPECT_THROW(gattn::io::hf_layer_prefix(j, 11), config_error);  // num_hidden_layers = 8
-  EXPECT_THROW(gattn::io::hf_layer_prefix(j, -1), config_error);
-}
-
-TEST(HfConfigLayers, LayerTypesAndIntervalDecide) {
-  json j = qwen3_next_json();
-  j["full_attention_interval"] = 2;
-  EXPECT_EQ(gattn::io::first_attention_layer(j), 1);
-  EXPECT_THROW(gattn::io::hf_layer_prefix(j, 0), config_error);
-  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
-                      "full_attention", "linear_attention", "linear_attention", "linear_attention"};
-  EXPECT_EQ(gattn::io::first_attention_layer(j), 0);
-  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 4), "model.layers.4.self_attn.");
-  EXPECT_THAT([&] {
-    try {
-      gattn::io::hf_layer_prefix(j, 1);
-    } catch (const config_error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  }(), HasSubstr("layer_types"));
-  EXPECT_EQ(gattn::io::hf_layer_prefix(deepseek_json(), 5), "model.layers.5.self_attn.");
-  EXPECT_EQ(gattn::io::first_attention_layer(qwen3_json()), 0);
-}
-
 /// The config_error message of `f()` ("" and a failure when it does not throw one).
 template <class F>
 std::string config_error_of(F f) {
@@ -556,27 +518,61 @@ std::string config_error_of(F f) {
   } catch (const config_error& e) {
     return e.what();
   }
+
+TEST(HfConfigLayers, Qwen3NextPrefixesForBothKinds) {
+  const json j = read_json(data_path("hf_qwen3_next/config.json"));
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 3), "model.layers.3.self_attn.");
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 7), "model.layers.7.self_attn.");
+  // Every other layer is a Gated DeltaNet layer, under linear_attn.
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 2), "model.layers.2.linear_attn.");
+  // This config leaves out the linear layers' sizes: asking for one names the first missing key.
+  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 2); }), HasSubstr("linear_num_key_heads"));
+  EXPECT_THROW(gattn::io::hf_layer_prefix(j, 11), config_error);  // num_hidden_layers = 8
+  EXPECT_THROW(gattn::io::hf_layer_prefix(j, -1), config_error);
+}
+
+TEST(HfConfigLayers, LayerTypesAndIntervalDecide) {
+  json j = qwen3_next_json();
+  j["full_attention_interval"] = 2;
+  EXPECT_EQ(gattn::io::first_attention_layer(j), 1);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 0), "model.layers.0.linear_attn.");
+  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
+                      "full_attention", "linear_attention", "linear_attention", "linear_attention"};
+  EXPECT_EQ(gattn::io::first_attention_layer(j), 0);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 4), "model.layers.4.self_attn.");
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 1), "model.layers.1.linear_attn.");
+  j["layer_types"][1] = "mamba";
+  EXPECT_THAT(config_error_of([&] { gattn::io::hf_layer_prefix(j, 1); }), HasSubstr("'layer_types'[1]=\"mamba\""));
+  EXPECT_EQ(gattn::io::hf_layer_prefix(deepseek_json(), 5), "model.layers.5.self_attn.");
+  EXPECT_EQ(gattn::io::first_attention_layer(qwen3_json()), 0);
+}
+
   ADD_FAILURE() << "no config_error";
   return "";
 }
 
-TEST(HfConfigLayers, RefusedLayerNamesTheGattnLayers) {
+TEST(HfConfigLayers, LinearLayersAreDeltaRuleLayers) {
   json j = qwen3_next_json();
-  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 2); }), HasSubstr("gattn (full-attention) layers: 3, 7 (2 of 8)"));
-  j["layer_types"] = {"full_attention", "linear_attention", "linear_attention", "linear_attention",
-                      "full_attention", "linear_attention", "linear_attention", "linear_attention"};
-  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 5); }), HasSubstr("layers: 0, 4 (2 of 8)"));
-  j = qwen3_next_json();
-  j.erase("num_hidden_layers");  // the count unknown: the first one and the rule
-  const std::string e = config_error_of([&] { gattn::io::hf_layer_prefix(j, 0); });
-  EXPECT_THAT(e, HasSubstr("the first is 3"));
-  EXPECT_THAT(e, HasSubstr("(i+1) % 4 == 0"));
+  j["linear_num_key_heads"] = 2;
+  j["linear_num_value_heads"] = 32;
+  j["linear_key_head_dim"] = 16;
+  j["linear_value_head_dim"] = 8;
+  const auto gdn = std::get<gattn::delta_config>(parse_hf_config(j, 2));
+  EXPECT_EQ(gdn.kind, gattn::delta_kind::gated_deltanet);
+  EXPECT_EQ(gdn.value_heads, 32);
+  j["hidden_act"] = "gelu";
+  EXPECT_THAT(config_error_of([&] { parse_hf_config(j, 2); }), HasSubstr("'hidden_act'=\"gelu\""));
+  // The paper's qwen3 release has no linear layers.
+  json q = qwen3_json();
+  q["layer_types"] = {"full_attention", "linear_attention", "full_attention", "full_attention"};
+  EXPECT_THAT(config_error_of([&] { parse_hf_config(q, 1); }), HasSubstr("qwen3_next"));
 }
 
 TEST(HfConfigLayers, AttentionLayersCountsOnlyGattnLayers) {
   const auto next = gattn::io::attention_layers(read_json(data_path("hf_qwen3_next/config.json")));
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->attention, (std::vector<gattn::index>{3, 7}));
+  EXPECT_EQ(next->linear, (std::vector<gattn::index>{0, 1, 2, 4, 5, 6}));
   EXPECT_EQ(next->total, 8);
   json j = qwen3_next_json();
   j["layer_types"] = {"linear_attention", "full_attention", "linear_attention", "full_attention"};
@@ -600,10 +596,9 @@ TEST(HfConfigFile, LoadLayerConfigTakesALayerIndex) {
   const std::string path = data_path("hf_qwen3_next/config.json");
   expect_same(gattn::io::load_layer_config(path, 3), load_hf_vector("hf_qwen3_next").expected);
   expect_same(gattn::io::load_layer_config(path, 7), load_hf_vector("hf_qwen3_next").expected);
-  const std::string e = config_error_of([&] { gattn::io::load_layer_config(path, 2); });
-  EXPECT_THAT(e, HasSubstr(path));
-  EXPECT_THAT(e, HasSubstr("layer 2 is a linear-attention"));
-  EXPECT_THAT(e, HasSubstr("3, 7"));
+  EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(path, 2); }), HasSubstr("linear_num_key_heads"));
+  const std::string linear = data_path("hf_qwen3_next_linear/config.json");
+  EXPECT_TRUE(std::holds_alternative<gattn::delta_config>(gattn::io::load_layer_config(linear, 0)));
   EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(path, 8); }), HasSubstr("num_hidden_layers"));
   // A gattn config is one layer: an index is a mistake, not something to ignore.
   EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(data_path("gqa_plain.config.json"), 0); }),
