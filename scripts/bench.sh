@@ -7,7 +7,7 @@
 # scripts/demo.sh share), runs the machine limits and every benchmark a target of #10/#11 names at
 # t:1 and t:2, 5 repetitions randomly interleaved (the VM's speed drifts within minutes, so only
 # ratios inside one run mean anything), writes Google Benchmark's JSON to OUT.json, then prints
-# scripts/bench_report.py's tables and the targets of this run beside every run kept in docs/.
+# scripts/bench_report.py's tables and the targets of this run beside the run kept in docs/.
 # Environment: GATTN_BUILD_DIR (default build), GATTN_JOBS (default nproc), GATTN_SKIP_DEPS=1,
 # GATTN_BENCH_FILTER (overrides the filter below).
 set -euo pipefail
@@ -40,4 +40,4 @@ filter+='|ab/(P1|D1)/g1_elementwise_vs_plain/t:1)/'
 
 python3 "$root/scripts/bench_report.py" "$out"
 echo
-python3 "$root/scripts/bench_report.py" --targets "$root"/docs/bench_results_*_session*.json "$out"
+python3 "$root/scripts/bench_report.py" --targets "$root"/docs/bench_results.json "$out"
