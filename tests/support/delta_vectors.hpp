@@ -74,7 +74,9 @@ inline delta_case load_hf_delta_case(const std::string& dir) {
 
 /// The delta-rule cases of tests/data: the public vectors, then tests/data/make_extra_delta_vectors.py's.
 inline std::vector<std::string> delta_case_names() {
-  return {"delta_gdn", "delta_gdn_mha", "delta_kda", "delta_kda_full_gate_bound"};
+  return {"delta_gdn", "delta_gdn_mha", "delta_kda", "delta_kda_full_gate_bound",
+          "extra_delta_kda_full_gate_biases", "extra_delta_kda_low_rank_bias_bound", "extra_delta_gdn_r4_dk_ne_dv",
+          "extra_delta_gdn_strong_decay", "extra_delta_kda_strong_decay", "extra_delta_gdn_t1", "extra_delta_kda_t1"};
 }
 
 /// max |a − b| / max(1, max |b|) over two arrays of equal length (infinity when the lengths differ).
