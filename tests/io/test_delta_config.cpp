@@ -231,6 +231,9 @@ TEST(DeltaConfig, EveryDocumentedKeyIsAccepted) {
                             "gate": {"source": "low_rank", "rank": 8}})"));
 }
 
+#undef GDN_BASE
+#undef KDA_BASE
+
 }  // namespace
 
 }  // namespace test_delta_config

@@ -146,7 +146,7 @@ inline void check_decay_parameters(const delta_config& c, const weight_map& w) {
     const std::vector<float> v = delta_weight(w, k[name]).widened();
     for (std::size_t i = 0; i < v.size(); ++i)
       require<config_error>(std::isfinite(v[i]), "weight '", name, "' holds a non-finite value (", v[i],
-                            " at index ", i, "): the decay of every token would be undefined");
+                            " at index ", i, "): every decay computed from it would be undefined");
   }
 }
 
