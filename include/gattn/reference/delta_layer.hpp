@@ -141,8 +141,8 @@ inline dmatrix log_decays(const delta_config& c, const std::vector<float>& A_log
   return g;
 }
 
-/// Step 2-3 of docs/spec.md §13: the short convolutions with SiLU, l2norm of q and k, β, the decays
-/// and the activated output gate (SiLU of z for GDN, σ of u for KDA).
+/// From projections to what the recurrence reads (docs/spec.md §13): the short convolutions with SiLU,
+/// l2norm of q and k, β, the decays and the activated output gate (SiLU of z for GDN, σ of u for KDA).
 inline delta_streams delta_streams_from(const delta_config& c, const delta_weight_contract& k, const weight_map& w,
                                         delta_projections p, index T) {
   const index Hk = c.key_heads, Hv = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim, K = c.conv_kernel;
