@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "gattn/io/delta_config.hpp"
 #include "gattn/io/gattn_config.hpp"
 #include "support/vectors.hpp"
 
@@ -152,7 +153,11 @@ TEST(GattnConfig, EveryVectorConfigParses) {
     const std::string name = entry.path().filename().string();
     if (name.size() < 12 || name.compare(name.size() - 12, 12, ".config.json") != 0) continue;
     std::ifstream in(entry.path());
-    EXPECT_NO_THROW(parse_gattn_config(json::parse(in))) << name;
+    const json j = json::parse(in);
+    // Delta-rule layers (docs/spec.md §13) have a parser of their own.
+    const std::string kind = j.value("attention", "gqa");
+    if (kind == "gated_deltanet" || kind == "kda") EXPECT_NO_THROW(gattn::io::detail::parse_delta_config(j)) << name;
+    else EXPECT_NO_THROW(parse_gattn_config(j)) << name;
     ++seen;
   }
   EXPECT_GE(seen, 40);

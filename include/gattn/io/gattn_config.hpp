@@ -177,6 +177,10 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
   const std::string w = "config";
   gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
   const std::string kind = detail::get_string(j, "attention", w, "gqa");
+  // A delta-rule layer is not a layer_config alternative: detail::parse_delta_config (io/delta_config.hpp)
+  // reads its config. Refused here by name, before its keys would be reported as unknown ones.
+  gattn::detail::require<config_error>(kind != "gated_deltanet" && kind != "kda", w, ": 'attention'=\"", kind,
+                                       "\" is a gated delta-rule layer (docs/spec.md §13), not a GQA or MLA layer");
   detail::refuse_unknown_keys(j, w, kind == "mla" ? detail::mla_keys : detail::gqa_keys,
                               kind == "mla" ? detail::gqa_only_keys : detail::mla_only_keys,
                               kind == "mla" ? "is a GQA key, not part of the MLA layer"
