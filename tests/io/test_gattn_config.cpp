@@ -154,10 +154,7 @@ TEST(GattnConfig, EveryVectorConfigParses) {
     if (name.size() < 12 || name.compare(name.size() - 12, 12, ".config.json") != 0) continue;
     std::ifstream in(entry.path());
     const json j = json::parse(in);
-    // Delta-rule layers (docs/spec.md §13) have a parser of their own.
-    const std::string kind = j.value("attention", "gqa");
-    if (kind == "gated_deltanet" || kind == "kda") EXPECT_NO_THROW(gattn::io::detail::parse_delta_config(j)) << name;
-    else EXPECT_NO_THROW(parse_gattn_config(j)) << name;
+    EXPECT_NO_THROW(parse_gattn_config(j)) << name;
     ++seen;
   }
   EXPECT_GE(seen, 40);

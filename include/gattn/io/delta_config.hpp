@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "gattn/core/validate.hpp"
-#include "gattn/io/gattn_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
 namespace gattn::io::detail {

@@ -10,41 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gattn/core/validate.hpp"
+#include "gattn/io/delta_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
 namespace gattn {
 namespace io {
 namespace detail {
-
-/// The enumerator of `values` whose to_string() is `s`, if any: one spelling for parser and printer.
-template <class Enum>
-std::optional<Enum> enum_named(const std::string& s, std::initializer_list<Enum> values) {
-  for (Enum v : values)
-    if (s == to_string(v)) return v;
-  return std::nullopt;
-}
-
-/// "a, b or c": the accepted spellings, for error messages.
-template <class Enum>
-std::string enum_names(std::initializer_list<Enum> values) {
-  std::string list;
-  std::size_t i = 0;
-  for (Enum v : values) {
-    if (i++) list += i == values.size() ? " or " : ", ";
-    list += to_string(v);
-  }
-  return list;
-}
-
-/// A string-valued key that must name one of `values`; absent (or null) gives `fallback`.
-template <class Enum>
-Enum get_enum(const json& obj, const char* key, const std::string& where, std::initializer_list<Enum> values,
-              Enum fallback) {
-  if (!has(obj, key)) return fallback;
-  const std::string s = get_string(obj, key, where, "");
-  if (const auto v = enum_named(s, values)) return *v;
-  throw config_error(gattn::detail::concat(where, ": '", key, "'=\"", s, "\" must be ", enum_names(values)));
-}
 
 /// SPEC §9's keys: common to both families, then each family's own.
 inline const std::vector<const char*> gqa_only_keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
@@ -61,29 +32,6 @@ inline std::vector<const char*> with_common_keys(const std::vector<const char*>&
 }
 inline const std::vector<const char*> gqa_keys = with_common_keys(gqa_only_keys);
 inline const std::vector<const char*> mla_keys = with_common_keys(mla_only_keys);
-
-inline constexpr std::initializer_list<storage_type> storage_types = {storage_type::f32, storage_type::bf16,
-                                                                      storage_type::f16};
-
-/// A key present in `obj` is either in `known`, or in `foreign` (a key of the other attention family,
-/// refused as such), or unknown. A typo or a newer version's key must not be ignored: the layer would
-/// silently differ from the one the file describes.
-inline void refuse_unknown_keys(const json& obj, const std::string& where, const std::vector<const char*>& known,
-                                const std::vector<const char*>& foreign = {}, const char* foreign_note = "") {
-  const auto listed = [](const std::vector<const char*>& list, const std::string& key) {
-    for (const char* k : list)
-      if (key == k) return true;
-    return false;
-  };
-  for (const auto& item : obj.items()) {
-    const std::string& key = item.key();
-    if (listed(known, key)) continue;
-    if (listed(foreign, key)) throw config_error(gattn::detail::concat(where, ": '", key, "' ", foreign_note));
-    std::string names;
-    for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
-    throw config_error(gattn::detail::concat(where, ": unknown key '", key, "' (known keys: ", names, ")"));
-  }
-}
 
 inline norm_kind parse_norm(const std::string& s, const char* key) {
   if (s.empty() || s == "none") return norm_kind::none;
@@ -177,10 +125,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
   const std::string w = "config";
   gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
   const std::string kind = detail::get_string(j, "attention", w, "gqa");
-  // A delta-rule layer is not a layer_config alternative: detail::parse_delta_config (io/delta_config.hpp)
-  // reads its config. Refused here by name, before its keys would be reported as unknown ones.
-  gattn::detail::require<config_error>(kind != "gated_deltanet" && kind != "kda", w, ": 'attention'=\"", kind,
-                                       "\" is a gated delta-rule layer (docs/spec.md §13), not a GQA or MLA layer");
+  if (kind == "gated_deltanet" || kind == "kda") return detail::parse_delta_config(j);
   detail::refuse_unknown_keys(j, w, kind == "mla" ? detail::mla_keys : detail::gqa_keys,
                               kind == "mla" ? detail::gqa_only_keys : detail::mla_only_keys,
                               kind == "mla" ? "is a GQA key, not part of the MLA layer"
@@ -246,7 +191,7 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
     validate(c);
     return c;
   }
-  throw config_error(w + ": 'attention'=\"" + kind + "\" must be gqa or mla");
+  throw config_error(w + ": 'attention'=\"" + kind + "\" must be gqa, mla, gated_deltanet or kda");
 }
 
 }  // namespace io

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <initializer_list>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -118,6 +120,59 @@ inline json parse_json_text(const std::string& text, const std::string& origin) 
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   gattn::detail::require<format_error>(!j.is_discarded(), origin, ": not valid JSON");
   return j;
+}
+
+inline constexpr std::initializer_list<storage_type> storage_types = {storage_type::f32, storage_type::bf16,
+                                                                      storage_type::f16};
+
+/// A key present in `obj` is either in `known`, or in `foreign` (a key of the other attention family,
+/// refused as such), or unknown. A typo or a newer version's key must not be ignored: the layer would
+/// silently differ from the one the file describes.
+inline void refuse_unknown_keys(const json& obj, const std::string& where, const std::vector<const char*>& known,
+                                const std::vector<const char*>& foreign = {}, const char* foreign_note = "") {
+  const auto listed = [](const std::vector<const char*>& list, const std::string& key) {
+    for (const char* k : list)
+      if (key == k) return true;
+    return false;
+  };
+  for (const auto& item : obj.items()) {
+    const std::string& key = item.key();
+    if (listed(known, key)) continue;
+    if (listed(foreign, key)) throw config_error(gattn::detail::concat(where, ": '", key, "' ", foreign_note));
+    std::string names;
+    for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
+    throw config_error(gattn::detail::concat(where, ": unknown key '", key, "' (known keys: ", names, ")"));
+  }
+}
+
+/// The enumerator of `values` whose to_string() is `s`, if any: one spelling for parser and printer.
+template <class Enum>
+std::optional<Enum> enum_named(const std::string& s, std::initializer_list<Enum> values) {
+  for (Enum v : values)
+    if (s == to_string(v)) return v;
+  return std::nullopt;
+}
+
+/// "a, b or c": the accepted spellings, for error messages.
+template <class Enum>
+std::string enum_names(std::initializer_list<Enum> values) {
+  std::string list;
+  std::size_t i = 0;
+  for (Enum v : values) {
+    if (i++) list += i == values.size() ? " or " : ", ";
+    list += to_string(v);
+  }
+  return list;
+}
+
+/// A string-valued key that must name one of `values`; absent (or null) gives `fallback`.
+template <class Enum>
+Enum get_enum(const json& obj, const char* key, const std::string& where, std::initializer_list<Enum> values,
+              Enum fallback) {
+  if (!has(obj, key)) return fallback;
+  const std::string s = get_string(obj, key, where, "");
+  if (const auto v = enum_named(s, values)) return *v;
+  throw config_error(gattn::detail::concat(where, ": '", key, "'=\"", s, "\" must be ", enum_names(values)));
 }
 
 }  // namespace gattn::io::detail
