@@ -15,6 +15,7 @@
 #include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/projection.hpp"
 #include "gattn/core/config.hpp"
+#include "gattn/core/delta_weights.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
@@ -101,7 +102,12 @@ class delta_layer {
 
   bool kda() const { return cfg_.kind == delta_kind::kda; }
 
+  // Every tensor is checked against the layer's weight contract (core/delta_weights.hpp, shared with
+  // the reference) before any view is taken.
   void load(const weight_map& w) {
+    const delta_weight_contract contract = detail::check_delta_weights(cfg_, w);
+    plan_.fa_rank = contract.ranks.decay;
+    plan_.gate_width = contract.ranks.gate;
     plan_.qk_width = cfg_.key_heads * cfg_.key_head_dim;
     plan_.v_width = cfg_.value_heads * cfg_.value_head_dim;
     plan_.col_k = plan_.qk_width;
@@ -146,16 +152,14 @@ class delta_layer {
     std::vector<weight_segment> parts = {part("q_proj", plan_.qk_width), part("k_proj", plan_.qk_width),
                                          part("v_proj", plan_.v_width)};
     if (cfg_.gate == gate_source::low_rank) {
-      const index rank = rank_of(w, "g_a_proj.weight", cfg_.gate_rank, "gate.rank");
+      const index rank = plan_.gate_width;
       parts.push_back(part("g_a_proj", rank));
       gate_b_ = make_linear(w.get("g_b_proj.weight", {plan_.v_width, rank}), w.find("g_b_proj.bias", {plan_.v_width}));
-      plan_.gate_width = rank;
     } else {
       parts.push_back(part("g_proj", plan_.v_width));
       plan_.gate_width = plan_.v_width;
     }
     parts.push_back(part("b_proj", H));
-    plan_.fa_rank = rank_of(w, "f_a_proj.weight", 0, "f_a_proj rank");
     parts.push_back(part("f_a_proj", plan_.fa_rank));
     proj_ = linear_map(parts);
     decay_b_ = make_linear(w.get("f_b_proj.weight", {H * Dk, plan_.fa_rank}), w.find("f_b_proj.bias", {H * Dk}));
@@ -166,37 +170,17 @@ class delta_layer {
     load_head_decay(w, H);
   }
 
-  /// The first dimension of a [rank, d] weight (a low-rank inner width); `expected` > 0 must match.
-  index rank_of(const weight_map& w, const std::string& name, index expected, const char* what) const {
-    detail::require<weight_error>(w.contains(name), "missing weight '", name, "' (expected shape [rank, ", cfg_.hidden, "])");
-    const weight_view& v = w.all().at(name);
-    detail::require<weight_error>(v.shape().size() == 2 && v.shape()[1] == cfg_.hidden && v.rows() >= 1 &&
-                                      v.rows() <= limits::max_size,
-                                  "weight '", name, "' has shape ", shape_string(v.shape()), ", expected [rank, ",
-                                  cfg_.hidden, "]");
-    detail::require<config_error>(expected == 0 || expected == v.rows(), what, "=", expected, " disagrees with '", name,
-                                  "' of shape ", shape_string(v.shape()));
-    return v.rows();
-  }
-
-  /// A_log (one per value head; KDA may store it [1, 1, H, 1]) and dt_bias, refused when not finite.
+  /// exp(A_log) per head (A_log may be stored [1, 1, H, 1]; the contract checked it is finite) and dt_bias.
   void load_head_decay(const weight_map& w, index heads) {
-    const bool four_d = kda() && w.contains("A_log") && w.all().at("A_log").shape().size() == 4;
-    const std::vector<float> a_log = four_d ? w.widened("A_log", {1, 1, heads, 1}) : w.widened("A_log", {heads});
-    const index bias_n = kda() ? heads * cfg_.key_head_dim : heads;
-    dt_bias_ = w.widened("dt_bias", {bias_n});
+    const std::vector<float> a_log = w.all().at("A_log").widened();
+    dt_bias_ = w.all().at("dt_bias").widened();
     neg_a_.resize(std::size_t(heads));
     for (index h = 0; h < heads; ++h) {
-      detail::require<config_error>(std::isfinite(a_log[std::size_t(h)]), "A_log[", h, "]=", a_log[std::size_t(h)],
-                                    " must be finite");
       const float a = std::exp(a_log[std::size_t(h)]);
-      detail::require<config_error>(std::isfinite(a), "A_log[", h, "]=", a_log[std::size_t(h)],
-                                    " overflows exp(A_log) in fp32");
+      detail::require<config_error>(std::isfinite(a), "weight 'A_log' holds ", a_log[std::size_t(h)], " at index ", h,
+                                    ": exp(A_log) overflows fp32");
       neg_a_[std::size_t(h)] = kda() ? a : -a;  // KDA keeps exp(A_log): its two forms use it with different signs
     }
-    for (index i = 0; i < bias_n; ++i)
-      detail::require<config_error>(std::isfinite(dt_bias_[std::size_t(i)]), "dt_bias[", i, "]=",
-                                    dt_bias_[std::size_t(i)], " must be finite");
   }
 
   /// Conv taps, widened and laid out tap-major [K][channels] so a row's channels are contiguous.
