@@ -1,0 +1,102 @@
+// Tensor parallelism of the gated delta-rule layers (docs/spec.md §12, §13) with P ranks as threads:
+// every delta vector, over every P its heads allow (key heads split or replicated), reproduces the
+// float64 output in one prefill, token by token and in a batch; a split the heads refuse is refused
+// on every rank alike.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gattn/parallel/in_process_group.hpp"
+#include "gattn/parallel/tp_layer.hpp"
+#include "support/delta_vectors.hpp"
+
+// One namespace per file: the test target is built as a few unity translation units.
+namespace test_tp_delta {
+namespace {
+
+using gattn::index;
+
+double relative(const std::vector<float>& y, const std::vector<double>& ref) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    diff = std::max(diff, std::fabs(double(y[i]) - ref[i]));
+    scale = std::max(scale, std::fabs(ref[i]));
+  }
+  return diff / scale;
+}
+
+/// One rank's output of the whole sequence: one prefill (decode_from < 0) or a prefill of
+/// decode_from tokens, then one token per call; `batched` runs the same through step() over a pool.
+std::vector<float> run_rank(const gattn::tp_layer& layer, const gattn::test::delta_case& c, index decode_from,
+                            bool batched) {
+  const index T = c.tokens, d = c.hidden;
+  std::vector<float> y(std::size_t(T * d), -1.0f);
+  gattn::delta_state_pool pool = layer.make_state_pool(1);
+  gattn::delta_state state = layer.make_state();
+  gattn::delta_sequence handle(pool, pool.create());
+  gattn::layer_workspace ws;
+  const index first = decode_from < 0 ? T : std::min(decode_from, T);
+  for (index t = 0; t < T;) {
+    const index n = t == 0 ? first : 1;
+    const index cu[2] = {0, n};
+    if (batched) layer.step({c.x.data() + t * d, n, d, d}, cu, 1, &handle, {y.data() + t * d, n, d, d}, ws);
+    else layer.prefill({c.x.data() + t * d, n, d, d}, state, {y.data() + t * d, n, d, d});
+    t += n;
+  }
+  return y;
+}
+
+bool split_allowed(const gattn::delta_config& c, int P) {
+  try {
+    gattn::split_heads(c, 0, P);
+    return true;
+  } catch (const gattn::config_error&) {
+    return false;
+  }
+}
+
+TEST(TensorParallelDelta, EveryRankMatchesTheVector) {
+  int runs = 0;
+  for (const std::string& name : gattn::test::delta_case_names()) {
+    const auto c = gattn::test::load_delta_case(name);
+    for (int P : {2, 3, 4}) {
+      if (!split_allowed(c.config, P)) continue;
+      for (const auto& [decode_from, batched] : std::vector<std::pair<index, bool>>{{-1, false}, {5, false}, {3, true}}) {
+        std::vector<std::vector<float>> ys(static_cast<std::size_t>(P));
+        gattn::in_process_group group(P);
+        group.run([&](gattn::communicator& comm) {
+          const gattn::tp_layer layer(c.config, c.weights, comm);
+          ys[std::size_t(comm.rank())] = run_rank(layer, c, decode_from, batched);
+        });
+        for (int r = 0; r < P; ++r)
+          EXPECT_LE(relative(ys[std::size_t(r)], c.y), 1e-4) << name << " P=" << P << " rank " << r
+                                                             << " decode_from " << decode_from;
+        ++runs;
+      }
+    }
+  }
+  EXPECT_GE(runs, 20);
+}
+
+// GDN with 2 key heads over 4 ranks replicates each key head on two ranks, each with half of its
+// value heads: the sliced in_proj_qkvz/in_proj_ba rows and conv channels still give the layer.
+TEST(TensorParallelDelta, ReplicatedKeyHeadsSplitTheirValueHeads) {
+  const auto c = gattn::test::load_delta_case("delta_gdn");  // H_k 2, H_v 4
+  const auto s = gattn::split_heads(c.config, 3, 4);
+  EXPECT_EQ(s.kv_count, 1);
+  EXPECT_EQ(s.kv_first, 1);
+  EXPECT_EQ(s.q_count, 1);
+  EXPECT_EQ(gattn::shard_config(c.config, s).value_heads, 1);
+}
+
+TEST(TensorParallelDelta, SplitsTheHeadsRefuseAreNamed) {
+  const auto c = gattn::test::load_delta_case("delta_gdn");  // H_v 4
+  try {
+    gattn::split_heads(c.config, 0, 3);
+    FAIL() << "3 ranks accepted for 4 value heads";
+  } catch (const gattn::config_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("num_value_heads=4"));
+  }
+}
+
+}  // namespace
+}  // namespace test_tp_delta
