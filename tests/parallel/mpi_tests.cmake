@@ -37,8 +37,29 @@ function(_gattn_mpi_ranks q kv out)
   set(${out} "${ranks}" PARENT_SCOPE)
 endfunction()
 
-# Heads of a gattn or Hugging Face config: H_q, and H_kv (1 for MLA: every head reads the latent).
-function(_gattn_mpi_heads json q_out kv_out)
+# Heads of a gattn or Hugging Face config: H_q, and H_kv (1 for MLA: every head reads the latent). A
+# delta-rule layer splits its value heads as query heads and its key heads as KV heads; `linear` says
+# the Hugging Face layer under test is a linear-attention one.
+function(_gattn_mpi_heads json linear q_out kv_out)
+  string(JSON attention ERROR_VARIABLE no_attention GET "${json}" attention)
+  if(attention STREQUAL "gated_deltanet" OR attention STREQUAL "kda")
+    string(JSON q GET "${json}" num_value_heads)
+    string(JSON kv GET "${json}" num_key_heads)
+  elseif(linear)
+    string(JSON q ERROR_VARIABLE no_q GET "${json}" linear_num_value_heads)
+    string(JSON kv ERROR_VARIABLE no_kv GET "${json}" linear_num_key_heads)
+    if(no_q)  # Kimi Linear: KDA, one set of heads
+      string(JSON q GET "${json}" linear_attn_config num_heads)
+      set(kv ${q})
+    endif()
+  else()
+    _gattn_mpi_softmax_heads("${json}" q kv)
+  endif()
+  set(${q_out} ${q} PARENT_SCOPE)
+  set(${kv_out} ${kv} PARENT_SCOPE)
+endfunction()
+
+function(_gattn_mpi_softmax_heads json q_out kv_out)
   string(JSON q GET "${json}" num_attention_heads)
   string(JSON attention ERROR_VARIABLE no_attention GET "${json}" attention)
   string(JSON lora ERROR_VARIABLE no_lora GET "${json}" kv_lora_rank)
@@ -50,12 +71,30 @@ function(_gattn_mpi_heads json q_out kv_out)
   set(${kv_out} ${kv} PARENT_SCOPE)
 endfunction()
 
-function(_gattn_mpi_test name config weights input tol json every_p)
+# The `layer` entry of a safetensors file's metadata (the Hugging Face folders' io.safetensors name the
+# layer their weights hold), or "" when it has none.
+function(_gattn_mpi_vector_layer file out)
+  file(READ ${file} length_hex HEX LIMIT 4)  # the header length, little-endian (a small header)
+  string(REGEX REPLACE "(..)(..)(..)(..)" "0x\\4\\3\\2\\1" length_hex "${length_hex}")
+  math(EXPR length "${length_hex}")
+  file(READ ${file} header OFFSET 8 LIMIT ${length})
+  string(JSON layer ERROR_VARIABLE none GET "${header}" __metadata__ layer)
+  if(none)
+    set(layer "")
+  endif()
+  set(${out} "${layer}" PARENT_SCOPE)
+endfunction()
+
+function(_gattn_mpi_test name config weights input tol json every_p layer)
   string(JSON causal ERROR_VARIABLE no_causal GET "${json}" causal)
   if(NOT no_causal AND NOT causal)
     return()  # decode needs a causal layer; the issue asks for causal vectors
   endif()
-  _gattn_mpi_heads("${json}" q kv)
+  set(linear FALSE)
+  if(NOT layer STREQUAL "" AND (name MATCHES "linear"))
+    set(linear TRUE)
+  endif()
+  _gattn_mpi_heads("${json}" ${linear} q kv)
   _gattn_mpi_ranks(${q} ${kv} ranks)
   if(NOT ranks)
     return()
@@ -64,7 +103,8 @@ function(_gattn_mpi_test name config weights input tol json every_p)
     list(GET ranks -1 ranks)
   endif()
   add_test(NAME mpi.${name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DCLI=$<TARGET_FILE:gattn_cli>
-    -DCONFIG=${config} -DWEIGHTS=${weights} -DINPUT=${input} -DTOL=${tol} "-DRANKS=${ranks}" -P ${_mpi_runner})
+    -DCONFIG=${config} -DWEIGHTS=${weights} -DINPUT=${input} -DTOL=${tol} "-DRANKS=${ranks}" "-DLAYER=${layer}"
+    -P ${_mpi_runner})
   set_tests_properties(mpi.${name} PROPERTIES TIMEOUT 300 LABELS mpi ENVIRONMENT "${_mpi_env}")
 endfunction()
 
@@ -78,7 +118,7 @@ foreach(cfg IN LISTS _mpi_configs)
     set(tol 5e-4)  # SPEC §10: a bf16 cache, as tests/tools/test_cli.cpp checks it
   endif()
   set(st ${_mpi_data}/${name}.safetensors)
-  _gattn_mpi_test(${name} ${cfg} ${st} ${st} ${tol} "${json}" FALSE)
+  _gattn_mpi_test(${name} ${cfg} ${st} ${st} ${tol} "${json}" FALSE "")
 endforeach()
 
 file(GLOB _mpi_hf_configs ${_mpi_data}/*/config.json)
@@ -89,7 +129,8 @@ foreach(cfg IN LISTS _mpi_hf_configs)
     continue()
   endif()
   file(READ ${cfg} json)
-  _gattn_mpi_test(${name} ${cfg} ${dir}/model.safetensors ${dir}/io.safetensors 1e-4 "${json}" TRUE)
+  _gattn_mpi_vector_layer(${dir}/io.safetensors layer)
+  _gattn_mpi_test(${name} ${cfg} ${dir}/model.safetensors ${dir}/io.safetensors 1e-4 "${json}" TRUE "${layer}")
 endforeach()
 
 add_test(NAME mpi.refuses_3_ranks_over_4_heads COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE}

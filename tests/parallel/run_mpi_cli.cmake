@@ -6,6 +6,9 @@
 cmake_minimum_required(VERSION 3.19)
 set(launch ${MPIEXEC} --allow-run-as-root --oversubscribe)
 set(files run --config ${CONFIG} --weights ${WEIGHTS} --input ${INPUT})
+if(DEFINED LAYER AND NOT LAYER STREQUAL "")
+  list(APPEND files --layer ${LAYER})  # a Hugging Face folder's layer (its io.safetensors names it)
+endif()
 
 if(DEFINED REFUSE)
   string(TIMESTAMP start "%s")
