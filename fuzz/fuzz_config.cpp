@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gattn/core/error.hpp"
+#include "gattn/diagnostics/cost_model.hpp"
 #include "gattn/io/config_file.hpp"
 #include "gattn/io/hf_config.hpp"
 
@@ -15,14 +16,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The same steps as load_layer_config after reading the file.
     const nlohmann::json j = gattn::io::detail::parse_json_text(text, "<fuzz>");
     if (!j.is_object()) return 0;
-    (void)gattn::io::parse_layer_config(j);
+    const gattn::layer_config cfg = gattn::io::parse_layer_config(j);
+    // What `gattn cost` does with an accepted config (every layer kind, the delta-rule ones included).
+    (void)std::visit([](const auto& c) { return gattn::cost(c); }, cfg);
     if (j.contains("model_type")) {
       // The layer-aware entry points read keys parse_hf_config(j) may not reach.
       (void)gattn::io::first_attention_layer(j);
       for (gattn::index layer = 0; layer < 6; ++layer) {
         try {
           (void)gattn::io::hf_layer_prefix(j, layer);
-          (void)gattn::io::parse_hf_config(j, layer);
+          const gattn::layer_config at = gattn::io::parse_hf_config(j, layer);
+          (void)std::visit([](const auto& c) { return gattn::cost(c); }, at);
         } catch (const gattn::error&) {
           // One refused layer says nothing about the next.
         }

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "gattn/attention/any_layer.hpp"
+#include "support/random_delta_layer.hpp"
 #include "support/random_layer.hpp"
 
 // The replacements below pair malloc with free, whatever GCC infers when it inlines them into a
@@ -167,6 +168,36 @@ TEST(Allocations, GqaBatchedDecodeStepAllocatesNothing) {
   for (index t = 0; t < steps; ++t) step();
   for (auto& cache : caches) cache.truncate(prompt);
   for (index t = 0; t < steps; ++t) EXPECT_EQ(allocations_of(step), 0) << "batched step " << t;
+}
+
+// A delta-rule decode step, one sequence (its state's workspace) and a batch over a state pool (a
+// reserved workspace): after a warm-up, nothing is allocated on any thread count.
+TEST(Allocations, DeltaDecodeStepsAllocateNothing) {
+  for (gattn::delta_kind kind : {gattn::delta_kind::gated_deltanet, gattn::delta_kind::kda}) {
+    const gattn::delta_config c = test::small_delta(kind);
+    const gattn::delta_layer layer(c, test::random_delta_weights(c, 13));
+    const index d = c.hidden;
+    std::mt19937 gen(6);
+    const auto x = test::random_values(gen, prompt * d, 1.0f);
+    std::vector<float> y(x.size());
+    for (const auto& exec : {execution_context::serial(), execution_context::with_threads(2)}) {
+      gattn::delta_state state = layer.make_state();
+      layer.prefill({x.data(), prompt, d, d}, state, {y.data(), prompt, d, d}, nullptr, exec);
+      const auto one = [&] { layer.decode({x.data(), 1, d, d}, state, {y.data(), 1, d, d}, nullptr, exec); };
+      one();
+      for (index t = 0; t < steps; ++t) EXPECT_EQ(allocations_of(one), 0) << gattn::to_string(kind) << " step " << t;
+      constexpr index B = 4;
+      gattn::delta_state_pool pool = layer.make_state_pool(B);
+      std::vector<gattn::delta_sequence> seqs;
+      for (index s = 0; s < B; ++s) seqs.emplace_back(pool, pool.create());
+      gattn::layer_workspace ws;
+      layer.reserve(ws, B, B, exec);
+      const index cu[B + 1] = {0, 1, 2, 3, 4};
+      const auto batch = [&] { layer.step({x.data(), B, d, d}, cu, B, seqs.data(), {y.data(), B, d, d}, ws, exec); };
+      batch();
+      for (index t = 0; t < steps; ++t) EXPECT_EQ(allocations_of(batch), 0) << gattn::to_string(kind) << " batch " << t;
+    }
+  }
 }
 
 }  // namespace

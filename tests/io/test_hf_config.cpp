@@ -518,6 +518,9 @@ std::string config_error_of(F f) {
   } catch (const config_error& e) {
     return e.what();
   }
+  ADD_FAILURE() << "no config_error";
+  return "";
+}
 
 TEST(HfConfigLayers, Qwen3NextPrefixesForBothKinds) {
   const json j = read_json(data_path("hf_qwen3_next/config.json"));
@@ -545,10 +548,6 @@ TEST(HfConfigLayers, LayerTypesAndIntervalDecide) {
   EXPECT_THAT(config_error_of([&] { gattn::io::hf_layer_prefix(j, 1); }), HasSubstr("'layer_types'[1]=\"mamba\""));
   EXPECT_EQ(gattn::io::hf_layer_prefix(deepseek_json(), 5), "model.layers.5.self_attn.");
   EXPECT_EQ(gattn::io::first_attention_layer(qwen3_json()), 0);
-}
-
-  ADD_FAILURE() << "no config_error";
-  return "";
 }
 
 TEST(HfConfigLayers, LinearLayersAreDeltaRuleLayers) {
