@@ -60,28 +60,33 @@ const char* const run_help =
     "usage: gattn run --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]\n"
     "  Runs the layer on 'x' [T, d] from the input file and writes 'y' [T, d] (F32).\n"
     "  --config C           gattn config, or a Hugging Face config.json (has 'model_type')\n"
-    "  --layer N            Hugging Face models: layer N (must be a gattn layer; its weights are\n"
-    "                       model.layers.N.self_attn.*)\n"
+    "  --layer N            Hugging Face models: layer N (a softmax-attention layer, weights\n"
+    "                       model.layers.N.self_attn.*, or a Gated DeltaNet / KDA layer, weights\n"
+    "                       model.layers.N.linear_attn.* (Qwen3-Next) or .self_attn.* (Kimi))\n"
     "  --prefix P           weight-name prefix (default: the layer's, else found when the file holds one layer)\n"
     "  --output Y           where to write 'y'; optional with --check\n"
     "  --decode-from K      prefill K tokens, then decode the rest one at a time through the KV cache\n"
-    "  --stats S.json       write the paper's statistics (SPEC 6) as JSON\n"
+    "                       (a delta-rule layer: through its recurrent state)\n"
+    "  --stats S.json       write the paper's statistics (docs/spec.md 6) as JSON\n"
     "  --check              compare with 'y' in the input file: prints max|dy|/max|y|, exit 1 above --tol\n"
     "  --tol R              --check tolerance (default 1e-4)\n"
     "  --reference          run SDPA on the double-precision oracle\n"
     "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
     "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
-    "  --kv-numerics M      exact or fast (SPEC 10)\n"
+    "  --kv-numerics M      exact or fast (docs/spec.md 10)\n"
     "  --quiet              no summary line on stderr\n"
     "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
     "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"
     "                       and --check compares y.s with y[:L_s]\n"
-    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16)\n";
+    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16; a delta-rule\n"
+    "                       layer keeps one state slot per sequence instead)\n";
 
 const char* const cost_help =
     "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]\n"
     "  Prints parameters per projection, gate parameters x layers (the paper's Table 1), weight bytes,\n"
     "  FLOPs per token at N keys of context, KV-cache bytes per token and gate activation bytes for N tokens.\n"
+    "  A hybrid model (softmax and gated delta-rule layers) is counted by kind, then in total, with the\n"
+    "  memory one sequence holds at N keys of context (KV caches beside the fixed recurrent states).\n"
     "  --layers L         layers to count (default: the config's gattn layers when it says which, else 1)\n"
     "  --context N        keys of context for FLOPs per token (default 4096)\n"
     "  --tokens N         tokens of one sequence for activation bytes (default 4096)\n"
@@ -91,7 +96,8 @@ const char* const cost_help =
 const char* const info_help =
     "usage: gattn info [--weights W.safetensors]\n"
     "  Prints the version, the SIMD arch, the CPU features the build uses and this CPU has, and the\n"
-    "  threads; with --weights, the file's tensors and metadata.\n";
+    "  threads; with --weights, the file's tensors and metadata, and the layer types of the config.json\n"
+    "  beside the weights (softmax attention, Gated DeltaNet, KDA).\n";
 
 /// --key value pairs and bare --flags; anything else is a usage error.
 struct arguments {
@@ -656,6 +662,36 @@ std::string kernel_choices_line() {
          (dots ? "on" : gattn::simd::has_bf16_dot<gattn::default_arch> ? "off" : "off (not in this build)") + "\n";
 }
 
+/// The gattn kind of layer `layer` of a Hugging Face config ("gqa", "mla", "gated_deltanet", "kda"),
+/// or why it cannot be built.
+std::string layer_kind_of(const nlohmann::json& j, gattn::index layer) {
+  try {
+    const gattn::layer_config c = gattn::io::parse_layer_config(j, layer);
+    if (const auto* d = std::get_if<gattn::delta_config>(&c)) return gattn::to_string(d->kind);
+    return std::holds_alternative<gattn::mla_config>(c) ? "mla" : "gqa";
+  } catch (const gattn::error& e) {
+    return std::string("not loadable: ") + e.what();
+  }
+}
+
+/// `info --weights`: the layer types of the checkpoint's config.json (beside the weights), by kind.
+void print_layer_kinds(const std::string& weights) {
+  namespace fs = std::filesystem;
+  const fs::path where = fs::is_directory(weights) ? fs::path(weights) : fs::path(weights).parent_path();
+  const fs::path config = where / "config.json";
+  if (!fs::is_regular_file(config)) return;
+  const nlohmann::json j = read_config_json(config.string());
+  if (!j.contains("model_type")) return;
+  const auto census = gattn::io::attention_layers(j);
+  if (!census) return;
+  std::cout << config.string() << ": " << census->total << " layers\n";
+  for (const auto* kind : {&census->attention, &census->linear}) {
+    if (kind->empty()) continue;
+    std::cout << "  " << kind->size() << " " << (kind == &census->linear ? "linear-attention" : "softmax-attention")
+              << " (" << layer_kind_of(j, kind->front()) << "): " << gattn::io::detail::hf_layer_list(*kind) << "\n";
+  }
+}
+
 int info_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--weights"}, {});
   std::cout << "gattn " << GATTN_VERSION << "\n"
@@ -674,6 +710,7 @@ int info_command(int argc, char** argv) {
                 << gattn::io::detail::shape_string(t.shape) << "\n";
     for (const auto& [k, v] : file.metadata())
       std::cout << "  metadata " << k << ": " << (v.size() > 120 ? v.substr(0, 117) + "..." : v) << "\n";
+    print_layer_kinds(args.values.at("--weights"));
   }
   return 0;
 }

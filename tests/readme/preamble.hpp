@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gattn/gattn.hpp>
+#include <gattn/io.hpp>
 
 extern float* x;      // [T, d] input rows, row-major
 extern float* y;      // [T, d] output rows
@@ -14,6 +15,9 @@ extern gattn::index d;
 extern gattn::weight_map weights;  // the layer's weights by name, without a checkpoint prefix
 extern int argc;
 extern char** argv;
+
+// Declared by the "layer from files" block.
+extern gattn::io::checkpoint file;
 
 // Declared by the "layer in code" block, used by the batch and thread blocks after it.
 extern gattn::gqa_config cfg;

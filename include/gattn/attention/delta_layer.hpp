@@ -295,7 +295,10 @@ class delta_layer {
                   const execution_context& exec) const {
     const index Hv = cfg_.value_heads, per = delta_scratch_floats(cfg_.key_head_dim, cfg_.value_head_dim);
     const index tasks = batch * Hv;
-    const index workers = std::min<index>(std::max(1, exec.concurrency()), tasks);
+    // A few microseconds of team start-up dwarf a call this small (a decode step of a small layer):
+    // it runs on the calling thread, through the same tasks.
+    const bool small = (cu[batch] * Hv) * (cfg_.key_head_dim * cfg_.value_head_dim) < (index(1) << 18);
+    const index workers = small ? 1 : std::min<index>(std::max(1, exec.concurrency()), tasks);
     std::atomic<index> next{0};
     exec.parallel_for(workers, [&](index w) {
       float* scratch = ws.kernel_scratch.data() + w * per;
