@@ -1,5 +1,5 @@
-// Opening untrusted files: regular files only, sizes known before a byte is read, and either a
-// read-only mapping (checkpoints) or a capped read (JSON files). POSIX.
+// Opening untrusted files: regular files only (checked before they are opened), sizes known before
+// a byte is read, and either a read-only mapping (checkpoints) or a capped read (JSON files). POSIX.
 #pragma once
 
 #include <cerrno>
@@ -41,30 +41,59 @@ class unique_fd {
   int fd_;
 };
 
-/// Opens `path` read-only and returns it with its size, refusing anything but a regular file: a
-/// device (/dev/zero), a FIFO or a socket has no size to check a header against and may never end.
-/// O_NONBLOCK keeps open() itself from waiting for a FIFO's writer; it changes nothing for regular
-/// files. Errors are format_errors starting with `what` (which names the path).
-inline unique_fd open_regular_file(const std::string& path, const std::string& what, std::uint64_t& size) {
-  if (path.find('\0') != std::string::npos) throw format_error(what + ": the path contains a NUL byte");
-  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) throw format_error(what + ": cannot open file for reading: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw format_error(what + ": cannot stat the file: " + std::strerror(errno));
+/// A file as the file system knows it: device and inode. Two paths name the same file (through
+/// links, hard links or another spelling) exactly when their identities are equal.
+struct file_identity {
+  dev_t device = 0;
+  ino_t inode = 0;
+  bool operator==(const file_identity& o) const { return device == o.device && inode == o.inode; }
+  bool operator!=(const file_identity& o) const { return !(*this == o); }
+};
+
+inline file_identity identity_of(const struct stat& st) { return {st.st_dev, st.st_ino}; }
+
+/// Refuses, from its stat alone, anything but a regular file: a device (/dev/zero) or a FIFO has
+/// no size to check a header against and may never end, and opening a device can act by itself.
+inline void require_regular(const struct stat& st, const std::string& what) {
   if (S_ISDIR(st.st_mode)) throw format_error(what + ": is a directory, not a file");
   if (!S_ISREG(st.st_mode))
     throw format_error(what + ": is not a regular file (a device, FIFO or socket cannot be read as one)");
+}
+
+/// Opens `path` read-only and returns it with its size. The file is stat()ed (following links)
+/// and refused unless it is a regular file *before* it is opened; the opened descriptor is
+/// fstat()ed again and refused unless it is that same file, so a path swapped in between is
+/// refused too. With `expected`, the file must also be that one (a checkpoint file whose links
+/// were checked first). O_NONBLOCK is kept against a FIFO swapped in at the last moment; it
+/// changes nothing for regular files. Errors are format_errors starting with `what`.
+inline unique_fd open_regular_file(const std::string& path, const std::string& what, std::uint64_t& size,
+                                   const file_identity* expected = nullptr) {
+  if (path.find('\0') != std::string::npos) throw format_error(what + ": the path contains a NUL byte");
+  struct stat before {};
+  if (::stat(path.c_str(), &before) != 0)
+    throw format_error(what + ": cannot open file for reading: " + std::strerror(errno));
+  require_regular(before, what);
+  if (expected && identity_of(before) != *expected)
+    throw format_error(what + ": was replaced while it was being opened");
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (fd.get() < 0) throw format_error(what + ": cannot open file for reading: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw format_error(what + ": cannot stat the file: " + std::strerror(errno));
+  require_regular(st, what);
+  if (identity_of(st) != identity_of(before)) throw format_error(what + ": was replaced while it was being opened");
   size = static_cast<std::uint64_t>(st.st_size);
   return fd;
 }
 
 /// Maps the regular file `path` read-only and private. The mapping is released when the last copy
 /// of the returned pointer goes; the descriptor is closed at once (the mapping does not need it).
-/// A file truncated by another process while mapped faults on access (SIGBUS): mapping trades that
-/// for not copying gigabytes, as every mmap-based loader does.
-inline shared_bytes map_file(const std::string& path, const std::string& what) {
+/// A file truncated by another process while mapped faults on access (SIGBUS), and one rewritten
+/// in place changes what the mapping reads: mapping trades that for not copying gigabytes, as
+/// every mmap-based loader does. (A file replaced by rename leaves the mapping on the earlier
+/// file.) `expected`: see open_regular_file.
+inline shared_bytes map_file(const std::string& path, const std::string& what, const file_identity* expected = nullptr) {
   std::uint64_t size = 0;
-  const unique_fd fd = open_regular_file(path, what, size);
+  const unique_fd fd = open_regular_file(path, what, size, expected);
   shared_bytes out;
   out.size = size;
   if (size == 0) return out;  // mmap refuses length 0; callers check the size before reading
@@ -81,9 +110,10 @@ inline shared_bytes map_file(const std::string& path, const std::string& what) {
 
 /// The whole content of the regular file `path`, refused before reading when it is larger than
 /// `max_bytes`. Reads at most the size fstat reported, so a file that grows cannot run away.
-inline std::string read_capped_file(const std::string& path, const std::string& what, std::uint64_t max_bytes) {
+inline std::string read_capped_file(const std::string& path, const std::string& what, std::uint64_t max_bytes,
+                                    const file_identity* expected = nullptr) {
   std::uint64_t size = 0;
-  const unique_fd fd = open_regular_file(path, what, size);
+  const unique_fd fd = open_regular_file(path, what, size, expected);
   if (size > max_bytes)
     throw format_error(what + ": file is " + std::to_string(size) + " bytes, more than the limit of " +
                        std::to_string(max_bytes));
