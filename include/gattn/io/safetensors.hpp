@@ -568,15 +568,14 @@ inline std::vector<std::uint8_t> serialize_safetensors(const std::vector<tensor_
   return out;
 }
 
-/// Writes serialize_safetensors(tensors, metadata) to `path`; format_error naming `path` on failure.
+/// Writes serialize_safetensors(tensors, metadata) to `path`, whole or not at all: a temporary
+/// file next to it is written, synced and renamed over it, so a failed write (a full disk) leaves
+/// an earlier file at `path` as it was (detail::write_file_replacing). format_error naming `path`
+/// on failure.
 inline void write_safetensors(const std::string& path, const std::vector<tensor_to_write>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   const std::vector<std::uint8_t> bytes = serialize_safetensors(tensors, metadata);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw format_error(gattn::detail::concat("safetensors '", path, "': cannot open file for writing"));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw format_error(gattn::detail::concat("safetensors '", path, "': write failed"));
+  detail::write_file_replacing(path, bytes.data(), bytes.size(), gattn::detail::concat("safetensors '", path, "'"));
 }
 
 }  // namespace gattn::io
