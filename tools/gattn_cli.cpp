@@ -81,7 +81,8 @@ const char* const run_help =
     "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
     "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"
     "                       and --check compares y.s with y[:L_s]\n"
-    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16)\n";
+    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16; a block longer than\n"
+    "                       the longest length is clamped to it)\n";
 
 const char* const cost_help =
     "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]\n"

@@ -1,9 +1,11 @@
 // `gattn run` never destroys what it reads: an --output or --stats naming an input (through a link,
 // a hard link, an index's shard or a directory's file) or each other is refused before anything
-// runs; and a write that fails part-way leaves the earlier output whole.
+// runs; a write that fails part-way leaves the earlier output whole; and --block-size is bounded by
+// the lengths the input holds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -244,6 +246,45 @@ TEST_F(CliSafety, WriteCutShortKeepsTheEarlierOutput) {
   EXPECT_THAT(lines[0], StartsWith("gattn: error: "));
   EXPECT_THAT(lines[0], HasSubstr(y));
   EXPECT_TRUE(snapshot(s.file("out")) == before) << "the earlier output changed";
+}
+
+/// Exit status and peak RSS (bytes) of the CLI run with `args`, without a shell in between.
+std::pair<int, long long> run_measured(const std::vector<std::string>& args) {
+  std::vector<std::string> argv_s = {GATTN_CLI_PATH};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  if (pid < 0 || ::wait4(pid, &status, 0, &ru) != pid) return {-1, 0};
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), static_cast<long long>(ru.ru_maxrss) * 1024};
+}
+
+// A block larger than the longest sequence holds nothing more: the pool is bounded by the lengths,
+// whatever --block-size says (4194304 tokens per block once took 2 GB for 18 tokens).
+TEST_F(CliSafety, BlockSizeIsBoundedByTheLengths) {
+  const std::string st = test::data_path("gqa_plain.safetensors"), cfg = test::data_path("gqa_plain.config.json");
+  for (const std::string block : {"1099511627776", "4194304", "13", "5"}) {
+    const auto r = run_cli("run --quiet --check --config " + quoted(cfg) + " --weights " + quoted(st) + " --input " +
+                           quoted(st) + " --batch-lengths 13,5,1 --block-size " + block);
+    ASSERT_EQ(r.status, 0) << block << ": " << r.err;
+    EXPECT_EQ(lines_of(r.out).size(), 3u) << r.out;
+    EXPECT_THAT(r.out, ::testing::Not(HasSubstr("FAILED"))) << block;
+  }
+  if (!std::string(GATTN_CLI_LAUNCHER).empty()) return;  // RSS would be the emulator's
+#if defined(__SANITIZE_ADDRESS__)
+  return;  // ASan's shadow memory makes RSS meaningless
+#endif
+  const auto [status, rss] = run_measured({"run", "--quiet", "--check", "--config", cfg, "--weights", st, "--input", st,
+                                           "--batch-lengths", "13,5", "--block-size", "4194304"});
+  ASSERT_EQ(status, 0);
+  EXPECT_LT(rss, 200ll << 20) << "peak RSS " << rss / 1048576 << " MB";
 }
 
 }  // namespace
