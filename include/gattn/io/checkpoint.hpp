@@ -78,7 +78,7 @@ inline file_identity contained_file(const std::string& path, const std::vector<s
     throw format_error(concat(what, ": is a symbolic link (or lies under one) that resolves to '", real,
                               "', outside the checkpoint directory '", roots.front(), "'",
                               roots.size() > 1 ? concat(" and its repository '", roots.back(), "'") : std::string(),
-                              "; links are followed only into those"));
+                              "; links are followed only into ", roots.size() > 1 ? "those" : "it"));
   struct stat st {};
   if (::stat(real.c_str(), &st) != 0) throw format_error(concat(what, ": cannot stat the file: ", std::strerror(errno)));
   require_regular(st, what);
