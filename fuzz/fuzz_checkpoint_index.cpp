@@ -1,8 +1,10 @@
 // libFuzzer target: arbitrary bytes as the text of a model.safetensors.index.json (the part of
 // checkpoint::open that reads untrusted text; the shards it names are safetensors files, which
-// fuzz_safetensors covers).
+// fuzz_safetensors covers). Every shard name accepted must also resolve, lexically, inside the
+// index's directory by the containment test checkpoint::open applies to resolved links.
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include "gattn/core/error.hpp"
@@ -15,6 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // Every shard the index names must be a contained, non-empty relative path.
     for (const auto& [shard, tensors] : index.shards) {
       if (!gattn::io::detail::is_contained_shard_name(shard) || tensors.empty()) __builtin_trap();
+      std::string resolved = (std::filesystem::path("/checkpoint") / shard).lexically_normal().string();
+      while (resolved.size() > 1 && resolved.back() == '/') resolved.pop_back();
+      if (!gattn::io::detail::is_within(resolved, "/checkpoint")) __builtin_trap();
       for (const auto& t : tensors)
         if (index.weight_map.at(t) != shard) __builtin_trap();
     }

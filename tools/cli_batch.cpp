@@ -1,6 +1,7 @@
 // See cli_batch.hpp.
 #include "cli_batch.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -44,6 +45,9 @@ batch_caches make_caches(const run_layer& layer, const std::vector<index>& lengt
     for (std::size_t s = 0; s < lengths.size(); ++s) c.state_ids.push_back(c.states->create());
     return c;
   }
+  // A block longer than the longest sequence would only hold unused rows: the pool is bounded by
+  // the lengths, whatever block size was asked for.
+  block_size = std::min(block_size, *std::max_element(lengths.begin(), lengths.end()));
   index blocks = 0;
   for (index L : lengths) blocks += (L + block_size - 1) / block_size;
   c.pool.emplace(layer.make_paged_cache(blocks, block_size));

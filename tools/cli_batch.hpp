@@ -15,7 +15,9 @@ namespace gattn::cli {
 std::vector<index> parse_batch_lengths(const std::string& text);
 
 /// Runs sequences s = 0..B-1 with inputs x[:L_s] (x is [T, d], every L_s <= T) through one paged
-/// pool of `block_size`-token blocks (SPEC §11), one sequence each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
+/// pool of `block_size`-token blocks (docs/spec.md §11; a block size above the longest L_s is
+/// clamped to it, so the pool holds sum ceil(L_s / block) blocks and no more), one sequence each:
+/// all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
 /// batched decode steps of one token per sequence, each leaving the batch when done. Returns y_s
 /// [L_s, d] per sequence.
 std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vector<float>& x, index d,

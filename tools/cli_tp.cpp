@@ -80,6 +80,20 @@ void tp_group::fail([[maybe_unused]] int status) {
 #endif
 }
 
+std::vector<rank_state> tp_group::gather(const rank_state& mine) {
+  std::vector<rank_state> all(std::size_t(size()), mine);
+#if defined(GATTN_CLI_WITH_MPI)
+  if (mpi_ && size() > 1) {
+    static_assert(sizeof(rank_state) == 5 * sizeof(std::uint64_t), "rank_state is sent as 5 uint64");
+    // MPI_COMM_WORLD directly, not comm(): this exchange is not one of the layer's collectives, so
+    // fail() may still end a rank normally after it.
+    gattn::detail::check_mpi(MPI_Allgather(&mine, 5, MPI_UINT64_T, all.data(), 5, MPI_UINT64_T, MPI_COMM_WORLD),
+                      "MPI_Allgather");
+  }
+#endif
+  return all;
+}
+
 tp_group& tp_group::current() {
   if (!current_group) throw std::logic_error("gattn::cli::tp_group::current(): main() made no group");
   return *current_group;

@@ -3,14 +3,26 @@
 // one rank with the plain layer, exactly as before.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "gattn/attention/any_layer.hpp"
 #include "gattn/parallel/communicator.hpp"
 #include "gattn/parallel/tp_layer.hpp"
 
 namespace gattn::cli {
+
+/// What a rank brings to the agreement before computing (tp_group::gather): whether it failed,
+/// and digests of what it is about to compute, which every rank must share.
+struct rank_state {
+  std::uint64_t failed = 0;   ///< 1: this rank failed before computing (its own error line says why)
+  std::uint64_t tokens = 0;   ///< T, the rows of x
+  std::uint64_t config = 0;   ///< digest of the config file's bytes
+  std::uint64_t input = 0;    ///< digest of x's values
+  std::uint64_t options = 0;  ///< digest of the options that change what is computed
+};
 
 /// This process's place in the run: MPI's world under mpirun (when built with gattn::mpi), else
 /// a group of one. One object, made first thing in main() and alive until it returns.
@@ -27,6 +39,12 @@ class tp_group {
   bool root() const { return rank() == 0; }
   /// True when the run is under mpirun, even with -np 1 (the summary line then names the ranks).
   bool mpi() const { return mpi_; }
+
+  /// Every rank's state, in rank order, from one collective every rank takes part in, failed or
+  /// not, before any collective of the layer: so that a failure on some ranks (a file missing on
+  /// one node) or inputs that differ end every rank at once instead of leaving the others waiting
+  /// in the layer's first all-reduce. A group of one returns {mine}.
+  std::vector<rank_state> gather(const rank_state& mine);
 
   /// Ends the run after a failure with `status`. A failure every rank meets before any
   /// collective (a config no split fits) ends each rank normally; after one, a rank that fails

@@ -10,11 +10,16 @@
 //
 // Exit status: 0 success, 1 bad input (file, config, weights, failed write, failed --check),
 // 2 bad usage, 3 internal error.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -78,8 +83,9 @@ const char* const run_help =
     "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
     "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"
     "                       and --check compares y.s with y[:L_s]\n"
-    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16; a delta-rule\n"
-    "                       layer keeps one state slot per sequence instead)\n";
+    "  --block-size B       paged KV-cache block size for --batch-lengths (default 16; a block longer than\n"
+    "                       the longest length is clamped to it; a delta-rule layer keeps one state slot\n"
+    "                       per sequence instead)\n";
 
 const char* const cost_help =
     "usage: gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]\n"
@@ -218,16 +224,45 @@ void check_writable(const std::string& option, const std::string& path) {
   if (::access(dir.c_str(), W_OK) != 0) throw run_failure(what + ": directory '" + dir + "' is not writable");
 }
 
-/// Writes `text` to `path`; a failure to open, write, flush or close (ENOSPC on /dev/full shows only
-/// at the flush) is an error naming the option and path.
+/// Writes `text` to `path` whole or not at all (gattn::io::detail::write_file_replacing): a failed
+/// write (ENOSPC on /dev/full, a full disk) is an error naming the option and path.
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw run_failure(option + " '" + path + "': cannot open for writing");
-  out << text;
-  out.flush();
-  const bool written = bool(out);
-  out.close();
-  if (!written || !out) throw run_failure(option + " '" + path + "': write failed");
+  gattn::io::detail::write_file_replacing(path, text.data(), text.size(), option + " '" + path + "'");
+}
+
+/// A file the run reads, with the words that name it in a refusal.
+struct named_file {
+  std::string what, path;
+};
+
+/// Whether `a` and `b` are one file: the same device and inode (so links, hard links and other
+/// spellings count), or, when neither exists yet, the same place once links are resolved.
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {}, sb {};
+  const bool has_a = ::stat(a.c_str(), &sa) == 0, has_b = ::stat(b.c_str(), &sb) == 0;
+  if (has_a && has_b) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (has_a || has_b) return false;
+  namespace fs = std::filesystem;
+  std::error_code ea, eb;
+  const fs::path ra = fs::weakly_canonical(fs::absolute(gattn::io::detail::write_target(a)), ea);
+  const fs::path rb = fs::weakly_canonical(fs::absolute(gattn::io::detail::write_target(b)), eb);
+  return !ea && !eb && ra == rb;
+}
+
+/// Refuses, before anything is computed, an --output or --stats that is the same file as one the
+/// run reads (`inputs`) or as the other output: the write would destroy it.
+void refuse_overwriting_inputs(const arguments& args, const std::vector<named_file>& inputs) {
+  std::vector<named_file> outputs;
+  for (const char* option : {"--output", "--stats"})
+    if (args.has(option)) outputs.push_back({std::string(option) + " '" + args.values.at(option) + "'", args.values.at(option)});
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (const named_file& in : inputs)
+      if (same_file(outputs[i].path, in.path))
+        throw run_failure(outputs[i].what + " is the same file as " + in.what + ": writing it would destroy an input");
+    for (std::size_t j = 0; j < i; ++j)
+      if (same_file(outputs[i].path, outputs[j].path))
+        throw run_failure(outputs[i].what + " is the same file as " + outputs[j].what);
+  }
 }
 
 using run_clock = std::chrono::steady_clock;
@@ -360,7 +395,9 @@ struct run_request {
   batch_options batch;
 };
 
-run_request parse_run_request(const arguments& args) {
+/// The request; `root`: this rank writes the outputs (under mpirun only rank 0 does, so only it
+/// checks them: an output directory may exist on the head node alone).
+run_request parse_run_request(const arguments& args, bool root) {
   run_request r;
   r.config_path = args.need("--config");
   args.need("--weights");
@@ -378,8 +415,8 @@ run_request parse_run_request(const arguments& args) {
   r.options.kv_numerics =
       args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
   r.batch = parse_batch_options(args);
-  if (args.has("--output")) check_writable("--output", args.values.at("--output"));
-  if (args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
+  if (root && args.has("--output")) check_writable("--output", args.values.at("--output"));
+  if (root && args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
   return r;
 }
 
@@ -404,8 +441,7 @@ gattn::layer_config run_config(const arguments& args, const run_request& r) {
 }
 
 /// The layer's weights: views of the checkpoint's mapping (a file, an index or a directory).
-gattn::weight_map run_weights(const arguments& args, const run_request& r) {
-  const auto weights_file = gattn::io::checkpoint::open(args.need("--weights"));
+gattn::weight_map run_weights(const arguments& args, const run_request& r, const gattn::io::checkpoint& weights_file) {
   const std::string prefix = r.layer_index >= 0 && !args.has("--prefix")
                                  ? gattn::io::hf_layer_prefix(read_config_json(r.config_path), r.layer_index)
                                  : find_prefix(weights_file, args);
@@ -503,20 +539,117 @@ void check_run_output(const run_request& r, const std::vector<float>& y, const s
                       " (against 'y' in " + r.input_path + ")");
 }
 
-int run_command(int argc, char** argv) {
-  const arguments args(argc, argv, 2,
-                       {"--config", "--weights", "--input", "--output", "--prefix", "--decode-from", "--stats",
-                        "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol", "--batch-lengths",
-                        "--block-size"},
-                       {"--reference", "--check", "--quiet"});
-  const run_request r = parse_run_request(args);
-  gattn::cli::tp_group& group = gattn::cli::tp_group::current();  // under mpirun: this rank's heads
+/// The files a run reads: the config, the input, and the checkpoint's index and shards.
+std::vector<named_file> run_inputs(const run_request& r, const std::string& weights_arg, const gattn::io::checkpoint& w) {
+  std::vector<named_file> files = {{"--config '" + r.config_path + "'", r.config_path},
+                                   {"--input '" + r.input_path + "'", r.input_path}};
+  std::error_code ec;
+  if (!std::filesystem::is_directory(w.origin(), ec)) files.push_back({"--weights '" + weights_arg + "'", w.origin()});
+  for (const auto& shard : w.shards())
+    if (shard.origin() != w.origin())
+      files.push_back({"shard '" + shard.origin() + "' of --weights '" + weights_arg + "'", shard.origin()});
+  return files;
+}
+
+/// Everything a run needs before it computes, read and checked.
+struct prepared_run {
+  run_request request;
+  std::optional<gattn::cli::run_layer> layer;
+  run_input input;
+};
+
+void prepare_run(const arguments& args, gattn::cli::tp_group& group, prepared_run& p) {
+  p.request = parse_run_request(args, group.root());
+  const run_request& r = p.request;
   const gattn::layer_config cfg = run_config(args, r);
-  gattn::cli::run_layer layer(cfg, run_weights(args, r), group);
-  if (args.flag("--reference")) layer.set_sdpa(&gattn::reference_sdpa);
-  if (r.form != gattn::mla_form::automatic) layer.set_mla_form(r.form);
+  const auto weights = gattn::io::checkpoint::open(args.need("--weights"));
+  if (group.root()) refuse_overwriting_inputs(args, run_inputs(r, args.need("--weights"), weights));
+  p.layer.emplace(cfg, run_weights(args, r, weights), group);
+  if (args.flag("--reference")) p.layer->set_sdpa(&gattn::reference_sdpa);
+  if (r.form != gattn::mla_form::automatic) p.layer->set_mla_form(r.form);
+  p.input = read_run_input(r, p.layer->hidden());
+}
+
+/// 64-bit FNV-1a over `n` bytes, 8 at a time, continuing from `h`: enough to tell the inputs of
+/// two ranks apart (the ranks are one job, not adversaries).
+std::uint64_t digest(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+/// What this rank is about to compute, for the agreement of the ranks: T, the config file, x, and
+/// the options that change the computation.
+gattn::cli::rank_state rank_state_of(const arguments& args, const prepared_run& p) {
+  gattn::cli::rank_state s;
+  s.tokens = std::uint64_t(p.input.tokens);
+  const std::string config = gattn::io::detail::read_capped_file(p.request.config_path, "--config '" + p.request.config_path + "'",
+                                                                 gattn::io::detail::max_config_bytes);
+  s.config = digest(config.data(), config.size());
+  s.input = digest(p.input.x.data(), p.input.x.size() * sizeof(float));
+  std::string options;
+  for (const char* k : {"--layer", "--prefix", "--decode-from", "--mla-form", "--kv-dtype", "--kv-numerics",
+                        "--batch-lengths", "--block-size", "--stats"})
+    options += std::string(k) + (args.has(k) ? "=" + args.values.at(k) : std::string()) + "\n";
+  options += args.flag("--reference") ? "--reference\n" : "";
+  s.options = digest(options.data(), options.size());
+  return s;
+}
+
+/// Every rank's outcome so far, agreed in one collective before any rank computes: a failure on
+/// any rank ends every rank (this one with its own error, the others naming the rank that failed),
+/// and ranks given different inputs all refuse, instead of hanging in the layer's collectives or
+/// writing a wrong y.
+void agree_before_computing(gattn::cli::tp_group& group, const std::exception_ptr& failure,
+                            const gattn::cli::rank_state& mine) {
+  const std::vector<gattn::cli::rank_state> all = group.gather(mine);
+  if (failure) std::rethrow_exception(failure);
+  const std::string of = " of " + std::to_string(all.size());
+  for (std::size_t k = 0; k < all.size(); ++k)
+    if (all[k].failed)
+      throw run_failure("rank " + std::to_string(k) + of + " failed before computing (its own error line says why), so no rank computes");
+  for (std::size_t k = 1; k < all.size(); ++k) {
+    const gattn::cli::rank_state &a = all[0], &b = all[k];
+    const std::string rank = "the ranks were given different inputs: rank " + std::to_string(k) + of;
+    if (b.tokens != a.tokens)
+      throw run_failure(rank + " has x with T=" + std::to_string(b.tokens) + " tokens, rank 0 T=" + std::to_string(a.tokens));
+    if (b.input != a.input) throw run_failure(rank + " has a different x than rank 0 (of the same shape)");
+    if (b.config != a.config) throw run_failure(rank + " has a different config file than rank 0");
+    if (b.options != a.options) throw run_failure(rank + " was given different run options than rank 0");
+  }
+}
+
+int run_command(int argc, char** argv) {
+  gattn::cli::tp_group& group = gattn::cli::tp_group::current();  // under mpirun: this rank's heads
+  std::optional<arguments> parsed;
+  prepared_run prepared;
+  gattn::cli::rank_state mine;
+  std::exception_ptr failure;
+  try {
+    parsed.emplace(argc, argv, 2,
+                   std::vector<std::string>{"--config", "--weights", "--input", "--output", "--prefix", "--decode-from",
+                                            "--stats", "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol",
+                                            "--batch-lengths", "--block-size"},
+                   std::vector<std::string>{"--reference", "--check", "--quiet"});
+    prepare_run(*parsed, group, prepared);
+    mine = rank_state_of(*parsed, prepared);
+  } catch (...) {
+    failure = std::current_exception();
+    mine.failed = 1;
+  }
+  agree_before_computing(group, failure, mine);
+  const arguments& args = *parsed;
+  const run_request& r = prepared.request;
+  const gattn::cli::run_layer& layer = *prepared.layer;
+  const run_input& in = prepared.input;
   const gattn::index d = layer.hidden();
-  const run_input in = read_run_input(r, d);
   if (!r.batch.lengths.empty())
     return run_batch_command(args, r.batch, layer, in.x, in.tokens, in.y_ref, group.root() ? 0 : 1, group.size());
 
@@ -795,6 +928,9 @@ int run_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file size limit (ulimit -f) then fails with EFBIG and is reported like a full
+  // disk, instead of killing the process halfway through the file.
+  std::signal(SIGXFSZ, SIG_IGN);
   std::unique_ptr<gattn::cli::tp_group> group;
   try {
     group = std::make_unique<gattn::cli::tp_group>(&argc, &argv);  // MPI only under mpirun (cli_tp.hpp)

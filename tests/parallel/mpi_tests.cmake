@@ -1,6 +1,8 @@
 # ctest tests mpi.*: `mpirun -np P gattn run --check` on every causal vector and Hugging Face folder
 # of tests/data, in prefill and decode, for P = 2 and 4 where the heads allow (3 for 3-headed
-# vectors); and `-np 3` over 4 heads, which every rank must refuse within seconds. The gattn config
+# vectors); `-np 3` over 4 heads, which every rank must refuse within seconds; and two ranks given
+# different inputs (one rank's weights missing, a different x, a different T), which both ranks must
+# refuse within seconds, writing nothing. The gattn config
 # vectors run at the largest of those P only (each mpirun costs about a second of start-up, and the
 # in-process TensorParallelVectors already cover every P on every vector): the transport is tested
 # at both P on the Hugging Face folders.
@@ -138,3 +140,21 @@ add_test(NAME mpi.refuses_3_ranks_over_4_heads COMMAND ${CMAKE_COMMAND} -DMPIEXE
   -DWEIGHTS=${_mpi_data}/gqa_plain.safetensors -DINPUT=${_mpi_data}/gqa_plain.safetensors -DREFUSE=3
   -P ${_mpi_runner})
 set_tests_properties(mpi.refuses_3_ranks_over_4_heads PROPERTIES TIMEOUT 120 LABELS mpi ENVIRONMENT "${_mpi_env}")
+
+# Ranks that do not start alike: rank 1's weights are missing, or its x differs (same shape), or its
+# x has another number of tokens. Each must end every rank within seconds, with nothing written.
+set(_plain ${_mpi_data}/gqa_plain)
+foreach(_case "weights_missing|/nonexistent/w.safetensors|${_plain}.safetensors|nonexistent"
+              "x_differs|${_plain}.safetensors|${_mpi_data}/gqa_g1_bias.safetensors|different x"
+              "tokens_differ|${_plain}.safetensors|${_mpi_data}/gqa_kv_bf16.safetensors|T=21")
+  string(REPLACE "|" ";" _case "${_case}")
+  list(GET _case 0 _name)
+  list(GET _case 1 _weights2)
+  list(GET _case 2 _input2)
+  list(GET _case 3 _expect)
+  add_test(NAME mpi.ranks_disagree_${_name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE}
+    -DCLI=$<TARGET_FILE:gattn_cli> -DCONFIG=${_plain}.config.json -DWEIGHTS=${_plain}.safetensors
+    -DINPUT=${_plain}.safetensors -DWEIGHTS2=${_weights2} -DINPUT2=${_input2} -DDIVERGE=${_name}
+    -DOUTPUT=${CMAKE_CURRENT_BINARY_DIR}/mpi_disagree_${_name}.safetensors "-DEXPECT=${_expect}" -P ${_mpi_runner})
+  set_tests_properties(mpi.ranks_disagree_${_name} PROPERTIES TIMEOUT 120 LABELS mpi ENVIRONMENT "${_mpi_env}")
+endforeach()

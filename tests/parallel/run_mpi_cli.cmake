@@ -3,6 +3,10 @@
 #                           through a paged cache of 1-token blocks) must pass --check, and the
 #                           summary line must say ranks=P
 #   -DREFUSE=P            : P ranks must all fail with a `gattn: error:` line, within seconds
+#   -DDIVERGE=W -DWEIGHTS2=.. -DINPUT2=.. -DOUTPUT=Y -DEXPECT=RE : two ranks (Open MPI's MPMD form),
+#                           rank 1 given WEIGHTS2 and INPUT2: both must end within seconds with
+#                           exactly one `gattn: error:` line each, one of them matching RE, a
+#                           non-zero status, and no output written
 cmake_minimum_required(VERSION 3.19)
 set(launch ${MPIEXEC} --allow-run-as-root --oversubscribe)
 set(files run --config ${CONFIG} --weights ${WEIGHTS} --input ${INPUT})
@@ -26,6 +30,31 @@ if(DEFINED REFUSE)
     message(FATAL_ERROR "-np ${REFUSE}: ${n} of ${REFUSE} ranks named the split, after ${seconds} s:\n${err}")
   endif()
   message(STATUS "-np ${REFUSE}: every rank refused in ${seconds} s (exit status ${rc})")
+  return()
+endif()
+
+if(DEFINED DIVERGE)
+  file(REMOVE ${OUTPUT})
+  string(TIMESTAMP start "%s")
+  # timeout(1) ends a hang as a failure of the test instead of waiting for ctest's TIMEOUT.
+  execute_process(COMMAND timeout -k 5 40 ${launch}
+      -np 1 ${CLI} ${files} --output ${OUTPUT}
+      : -np 1 ${CLI} run --config ${CONFIG} --weights ${WEIGHTS2} --input ${INPUT2} --output ${OUTPUT}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(TIMESTAMP end "%s")
+  math(EXPR seconds "${end} - ${start}")
+  if(rc EQUAL 0 OR rc EQUAL 124 OR rc EQUAL 137 OR seconds GREATER 20)
+    message(FATAL_ERROR "${DIVERGE}: expected every rank to refuse within seconds, got exit status '${rc}' after ${seconds} s\n${out}\n${err}")
+  endif()
+  string(REGEX MATCHALL "(^|\n)gattn: [^\n]*" lines "${err}")
+  list(LENGTH lines n)
+  if(NOT n EQUAL 2 OR NOT err MATCHES "(^|\n)gattn: error: [^\n]*${EXPECT}" OR err MATCHES "gattn: run:")
+    message(FATAL_ERROR "${DIVERGE}: expected one `gattn: error:` line per rank, one matching '${EXPECT}':\n${err}")
+  endif()
+  if(EXISTS ${OUTPUT})
+    message(FATAL_ERROR "${DIVERGE}: the output was written although the ranks disagreed:\n${err}")
+  endif()
+  message(STATUS "${DIVERGE}: both ranks refused in ${seconds} s (exit status ${rc}):\n${err}")
   return()
 endif()
 

@@ -2,8 +2,12 @@
 // holding either. One lookup API over all three, each shard mapped read-only.
 #pragma once
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -36,6 +40,49 @@ inline bool is_contained_shard_name(const std::string& shard) {
   for (const auto& part : p)
     if (part == "..") return false;
   return true;
+}
+
+/// Whether the path `p` is `root` or lies below it; both absolute and lexically normal (as
+/// canonical paths are). Compared component by component, so "/a/bc" is not below "/a/b".
+inline bool is_within(const std::string& p, const std::string& root) {
+  if (root.empty() || p.compare(0, root.size(), root) != 0) return false;
+  return p.size() == root.size() || root.back() == '/' || p[root.size()] == '/';
+}
+
+/// Where the files of a checkpoint in directory `dir` may lead through symbolic links: into `dir`
+/// itself, and, when `dir` is a snapshot of the Hugging Face cache (`<repo>/snapshots/<revision>`,
+/// whose files link to `<repo>/blobs/`), into `<repo>`. Canonical paths, `dir`'s first.
+inline std::vector<std::string> link_roots(const std::string& dir, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path real = fs::canonical(dir.empty() ? std::string(".") : dir, ec);
+  if (ec) throw format_error(gattn::detail::concat(what, ": cannot resolve the directory '", dir, "': ", ec.message()));
+  std::vector<std::string> roots{real.string()};
+  if (real.parent_path().filename() == "snapshots" && real.parent_path().has_parent_path())
+    roots.push_back(real.parent_path().parent_path().string());
+  return roots;
+}
+
+/// Checks the checkpoint file `path` before it is opened: it must resolve (through every link on
+/// the way) inside one of `roots` (link_roots) and be a regular file. Returns the identity of the
+/// file it resolves to, which the open then insists on (a link swapped in between is refused).
+inline file_identity contained_file(const std::string& path, const std::vector<std::string>& roots,
+                                    const std::string& what) {
+  using gattn::detail::concat;
+  std::error_code ec;
+  const std::string real = std::filesystem::canonical(path, ec).string();
+  if (ec) throw format_error(concat(what, ": cannot open file for reading: ", ec.message()));
+  bool inside = false;
+  for (const std::string& root : roots) inside = inside || is_within(real, root);
+  if (!inside)
+    throw format_error(concat(what, ": is a symbolic link (or lies under one) that resolves to '", real,
+                              "', outside the checkpoint directory '", roots.front(), "'",
+                              roots.size() > 1 ? concat(" and its repository '", roots.back(), "'") : std::string(),
+                              "; links are followed only into ", roots.size() > 1 ? "those" : "it"));
+  struct stat st {};
+  if (::stat(real.c_str(), &st) != 0) throw format_error(concat(what, ": cannot stat the file: ", std::strerror(errno)));
+  require_regular(st, what);
+  return identity_of(st);
 }
 
 /// What a Hugging Face index says, validated as text (the shards are not looked at).
@@ -98,9 +145,16 @@ inline checkpoint_index parse_checkpoint_index(const std::string& text, const st
 ///
 /// The index and its shards must agree exactly: every tensor the index lists is in the shard it
 /// names, and every tensor of a shard is listed, for that shard. Shard names are paths relative to
-/// the index's directory that do not climb out of it (no absolute path, no ".."); symbolic links
-/// are followed (the Hugging Face cache links shards into a blob store). Every refusal is a
-/// format_error naming the index or file and the tensor or shard.
+/// the index's directory that do not climb out of it (no absolute path, no ".."). Every refusal is
+/// a format_error naming the index or file and the tensor or shard.
+///
+/// Symbolic links: the path given to open() is the caller's choice and is followed wherever it
+/// leads. A file the checkpoint picks itself (a shard the index names; a directory's index,
+/// model.safetensors or only *.safetensors file) is opened only when it resolves, through every
+/// link on the way, inside the checkpoint directory (the index's directory, or the directory
+/// given), or, for a snapshot of the Hugging Face cache (`<repo>/snapshots/<revision>/`, whose
+/// files link to `../../blobs/<hash>`), inside `<repo>`; a link leading anywhere else is refused
+/// before its target is opened. Files are opened only after stat() shows a regular file.
 class checkpoint {
  public:
   /// Opens `path`: a directory, a file whose name ends in ".json" (an index) or a safetensors file.
@@ -182,21 +236,37 @@ class checkpoint {
 
   static checkpoint open_directory(const std::string& dir) {
     namespace fs = std::filesystem;
+    using gattn::detail::concat;
     std::error_code ec;
+    const std::vector<std::string> roots = detail::link_roots(dir, concat("checkpoint directory '", dir, "'"));
     const fs::path index = fs::path(dir) / index_file_name;
-    if (fs::exists(index, ec)) return open_index(index.string());
+    if (present(index)) {
+      const detail::file_identity id = detail::contained_file(index.string(), roots, concat("checkpoint index '", index.string(), "'"));
+      return open_index(index.string(), &id);
+    }
     const fs::path single = fs::path(dir) / "model.safetensors";
-    if (fs::exists(single, ec)) return with_origin(checkpoint(safetensors_file::open(single.string())), dir);
+    if (present(single)) return with_origin(checkpoint(open_contained(single.string(), roots)), dir);
     std::vector<std::string> found;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
       if (it->path().extension() == ".safetensors") found.push_back(it->path().string());
-    if (ec)
-      throw format_error(gattn::detail::concat("checkpoint directory '", dir, "': cannot list it: ", ec.message()));
+    if (ec) throw format_error(concat("checkpoint directory '", dir, "': cannot list it: ", ec.message()));
     if (found.size() != 1)
-      throw format_error(gattn::detail::concat("checkpoint directory '", dir, "': holds no ", index_file_name,
-                                               " and no model.safetensors, and ", found.size(),
-                                               " *.safetensors files (need exactly one)"));
-    return with_origin(checkpoint(safetensors_file::open(found[0])), dir);
+      throw format_error(concat("checkpoint directory '", dir, "': holds no ", index_file_name,
+                                " and no model.safetensors, and ", found.size(), " *.safetensors files (need exactly one)"));
+    return with_origin(checkpoint(open_contained(found[0], roots)), dir);
+  }
+
+  /// Whether a directory entry called `p` exists (a link counts even when its target does not: it
+  /// is then refused by name instead of silently skipped).
+  static bool present(const std::filesystem::path& p) {
+    std::error_code ec;
+    return std::filesystem::symlink_status(p, ec).type() != std::filesystem::file_type::not_found && !ec;
+  }
+
+  /// The safetensors file `path` of a checkpoint whose links may lead into `roots`.
+  static safetensors_file open_contained(const std::string& path, const std::vector<std::string>& roots) {
+    const detail::file_identity id = detail::contained_file(path, roots, gattn::detail::concat("safetensors '", path, "'"));
+    return safetensors_file::open_checked(path, id);
   }
 
   static checkpoint with_origin(checkpoint c, std::string origin) {
@@ -204,18 +274,21 @@ class checkpoint {
     return c;
   }
 
-  static checkpoint open_index(const std::string& path) {
+  /// The index at `path` (when reached through a directory, `index_id` is what it was checked to
+  /// resolve to) and its shards, each checked against the links its directory allows.
+  static checkpoint open_index(const std::string& path, const detail::file_identity* index_id = nullptr) {
     using gattn::detail::concat;
     const std::string what = concat("checkpoint index '", path, "'");
     detail::checkpoint_index index =
-        detail::parse_checkpoint_index(detail::read_capped_file(path, what, detail::max_index_bytes), what);
+        detail::parse_checkpoint_index(detail::read_capped_file(path, what, detail::max_index_bytes, index_id), what);
     checkpoint c;
     c.origin_ = path;
     c.metadata_ = std::move(index.metadata);
     const std::filesystem::path base = std::filesystem::path(path).parent_path();
+    const std::vector<std::string> roots = detail::link_roots(base.string(), what);
     for (const auto& [shard, names] : index.shards) {
       try {
-        c.shards_.push_back(safetensors_file::open((base / shard).string()));
+        c.shards_.push_back(open_contained((base / shard).string(), roots));
       } catch (const format_error& e) {
         throw format_error(concat(what, ": shard '", shard, "' (holding tensor '", names.front(), "'): ", e.what()));
       }

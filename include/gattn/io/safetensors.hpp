@@ -274,6 +274,8 @@ class tensor_view {
   }
 };
 
+class checkpoint;
+
 /// A safetensors file, validated when it is opened: a read-only mapping of a file on disk, or a
 /// buffer given to parse(). Copies share the bytes (the last one unmaps them).
 ///
@@ -289,8 +291,9 @@ class tensor_view {
 class safetensors_file {
  public:
   /// Maps and validates the file at `path`, which must be a regular file (a device or FIFO, which
-  /// could stream forever, is refused before a byte is read). Only the header is read here; tensor
-  /// bytes are paged in when used. Throws format_error naming `path` on any failure.
+  /// could stream forever, is refused before it is opened). Only the header is read here; tensor
+  /// bytes are paged in when used. Throws format_error naming `path` on any failure; the message
+  /// describes what is wrong (sizes, names, structure) and never quotes the file's raw bytes.
   static safetensors_file open(const std::string& path) {
     return from_bytes(detail::map_file(path, gattn::detail::concat("safetensors '", path, "'")), path);
   }
@@ -355,6 +358,13 @@ class safetensors_file {
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
 
+  friend class checkpoint;
+
+  /// open(), insisting that `path` is the file `expected` (checked by the checkpoint beforehand).
+  static safetensors_file open_checked(const std::string& path, const detail::file_identity& expected) {
+    return from_bytes(detail::map_file(path, gattn::detail::concat("safetensors '", path, "'"), &expected), path);
+  }
+
   static safetensors_file from_bytes(detail::shared_bytes bytes, std::string origin) {
     safetensors_file file;
     file.bytes_ = std::move(bytes.data);
@@ -403,9 +413,14 @@ class safetensors_file {
     const std::uint8_t* bytes = bytes_.get();
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[static_cast<std::size_t>(i)];  // little-endian u64
+    // The length itself is not printed: in a file that is not a safetensors file at all, it is
+    // 8 bytes of whatever the file holds.
     if (n > max_header_bytes)
-      fail("header length ", n, " is too large (limit ", max_header_bytes, " bytes)");
-    if (n > size - 8) fail("header length ", n, " exceeds the ", size - 8, " bytes after the length field");
+      fail("the header length in the first 8 bytes is too large (more than the limit of ", max_header_bytes,
+           " bytes): not a safetensors file, or a damaged one");
+    if (n > size - 8)
+      fail("the header length in the first 8 bytes exceeds the ", size - 8,
+           " bytes after them: not a safetensors file, or a truncated one");
     data_start_ = 8 + n;
     const std::uint64_t data_size = size - data_start_;
 
@@ -553,15 +568,14 @@ inline std::vector<std::uint8_t> serialize_safetensors(const std::vector<tensor_
   return out;
 }
 
-/// Writes serialize_safetensors(tensors, metadata) to `path`; format_error naming `path` on failure.
+/// Writes serialize_safetensors(tensors, metadata) to `path`, whole or not at all: a temporary
+/// file next to it is written, synced and renamed over it, so a failed write (a full disk) leaves
+/// an earlier file at `path` as it was (detail::write_file_replacing). format_error naming `path`
+/// on failure.
 inline void write_safetensors(const std::string& path, const std::vector<tensor_to_write>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   const std::vector<std::uint8_t> bytes = serialize_safetensors(tensors, metadata);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw format_error(gattn::detail::concat("safetensors '", path, "': cannot open file for writing"));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw format_error(gattn::detail::concat("safetensors '", path, "': write failed"));
+  detail::write_file_replacing(path, bytes.data(), bytes.size(), gattn::detail::concat("safetensors '", path, "'"));
 }
 
 }  // namespace gattn::io
