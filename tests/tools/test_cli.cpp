@@ -359,7 +359,7 @@ TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
   EXPECT_THAT(ok.out, ::testing::HasSubstr(" ok\n"));
   const auto linear = run_cli(base + "2");  // a Gated DeltaNet layer, not in this checkpoint
   EXPECT_EQ(linear.status, 1);
-  EXPECT_THAT(linear.err, ::testing::HasSubstr("prefix 'model.layers.2.linear_attn.'"));
+  EXPECT_THAT(linear.err, ::testing::HasSubstr("linear_num_key_heads"));  // this config leaves them out
   const auto absent = run_cli(base + "7");  // a gattn layer, but not in this checkpoint
   EXPECT_EQ(absent.status, 1);
   EXPECT_THAT(absent.err, ::testing::HasSubstr("prefix 'model.layers.7.self_attn.'"));
@@ -368,13 +368,23 @@ TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
   EXPECT_THAT(gattn_config.err, ::testing::HasSubstr("describes one layer"));
 }
 
-TEST(Cli, CostCountsOnlyTheGattnLayers) {
+TEST(Cli, CostCountsEveryLayerKind) {
   if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
-  const std::string cfg = test::data_path("hf_qwen3_next/config.json");
-  const auto r = run_cli("cost --config '" + cfg + "'");
+  // Qwen3-Next: 2 full-attention layers (3, 7) and 6 Gated DeltaNet layers, each kind counted, then
+  // the model's totals with the memory one sequence holds.
+  const std::string hybrid = test::data_path("hf_qwen3_next_linear/config.json");
+  const auto r = run_cli("cost --config '" + hybrid + "' --context 1000");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_THAT(r.out, ::testing::StartsWith("model: 2 of 8 layers are gattn layers (3, 7); counting 2\n"));
+  EXPECT_THAT(r.out, ::testing::StartsWith("model: 8 layers: 2 softmax-attention (3, 7), 6 gated delta-rule (0, 1, 2, 4, 5, 6)\n"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("x 2 layers"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("x 6 layers"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("State per sequence"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("memory per sequence"));
+  // A config without the linear layers' sizes cannot describe them: the missing key is named.
+  const std::string cfg = test::data_path("hf_qwen3_next/config.json");
+  const auto partial = run_cli("cost --config '" + cfg + "'");
+  EXPECT_EQ(partial.status, 1);
+  EXPECT_THAT(partial.err, ::testing::HasSubstr("linear_num_key_heads"));
   const auto forced = run_cli("cost --config '" + cfg + "' --layers 5");
   ASSERT_EQ(forced.status, 0) << forced.err;
   EXPECT_THAT(forced.out, ::testing::HasSubstr("counting --layers 5"));
