@@ -1,0 +1,192 @@
+// One chunk's operands for a per-channel decay (KDA, docs/spec.md §13). The decay sits inside the
+// inner products, A_ji = Σ_c k_j[c] k_i[c] exp(G_j[c] − G_i[c]), so it is factored through anchors
+// instead of taking C²·D_k exps: for i in an earlier sub-block m and j in sub-block n, anchored at
+// p = the token before sub-block n,
+//   exp(G_j − G_i) = exp(G_j − G_p) · exp(G_end(m) − G_i) · exp(G_p − G_end(m))     (every exponent ≤ 0),
+// a plain dot product of k_j ⊙ λ_j with a packed, rescaled k_i. Inside sub-block n the same anchor
+// gives k_i / λ_i (exponent ≥ 0), used only while the decay from the sub-block start stays above −80
+// in every channel (so λ ≥ e⁻⁸⁰ and k/λ is finite); the rows after that take the direct
+// per-element exps for their diagonal entries. Every exponent is a sum of exactly the g's it spans (local prefix and suffix
+// sums, sub-block totals), never a difference of large prefix sums.
+#pragma once
+
+#include <algorithm>
+#include <cfloat>
+
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/delta_chunk_scratch.hpp"
+#include "gattn/kernel/delta_microkernels.hpp"
+#include "gattn/kernel/delta_params.hpp"
+#include "gattn/simd/simd.hpp"
+#include "gattn/simd/vector_ops.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// Sub-block decays below this (in any channel) take the direct diagonal.
+inline constexpr float delta_anchor_range = -80.0f;
+
+/// Token-0 rows of one chunk of one head.
+struct delta_chunk_rows {
+  const float *q, *k, *g;
+  index qs, ks, gs;
+};
+
+/// Forward pass per channel: λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j);
+/// writes lkq, kqg, rows = k / λ, the sub-block totals and exp(G_last).
+template <class Arch>
+inline void delta_kda_forward(const delta_chunk_rows& r, index L, index dk, float scale, const delta_chunk_scratch& s) {
+  constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens;
+  for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
+    using B = decltype(tag);
+    const B sc(scale);
+    B H(0.0f);
+    for (index f = 0; f < L; f += SB) {
+      B P(0.0f);
+      for (index j = f; j < std::min(f + SB, L); ++j) {
+        P += load_as<B>(r.g + j * r.gs + c);
+        const B lam = simd::exp_nonpositive(P), gam = simd::exp_nonpositive(H + P);
+        const B kj = load_as<B>(r.k + j * r.ks + c), qj = load_as<B>(r.q + j * r.qs + c) * sc;
+        simd::store(s.lkq + j * dk + c, kj * lam);
+        simd::store(s.lkq + (C + j) * dk + c, qj * lam);
+        simd::store(s.rows + j * dk + c, kj / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
+        simd::store(s.kqg + j * dk + c, kj * gam);
+        simd::store(s.kqg + (C + j) * dk + c, qj * gam);
+      }
+      simd::store(s.dsum + (f / SB) * dk + c, P);
+      H += P;
+    }
+    simd::store(s.decay + c, simd::exp_nonpositive(H));
+  });
+}
+
+/// Backward pass per channel: rows = k_i ⊙ exp(G_end(i) − G_i), ke = k_i ⊙ exp(G_last − G_i).
+template <class Arch>
+inline void delta_kda_backward(const delta_chunk_rows& r, index L, index dk, const delta_chunk_scratch& s) {
+  constexpr index SB = delta_sub_tokens;
+  const index subs = (L + SB - 1) / SB;
+  for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
+    using B = decltype(tag);
+    B T(0.0f);  // Σ g over the sub-blocks after the current one
+    for (index n = subs - 1; n >= 0; --n) {
+      B Q(0.0f);  // Σ g over (i, end of sub-block]
+      for (index i = std::min(n * SB + SB, L) - 1; i >= n * SB; --i) {
+        const B ki = load_as<B>(r.k + i * r.ks + c);
+        simd::store(s.rows + i * dk + c, ki * simd::exp_nonpositive(Q));
+        simd::store(s.ke + i * dk + c, ki * simd::exp_nonpositive(Q + T));
+        Q += load_as<B>(r.g + i * r.gs + c);
+      }
+      T += load_as<B>(s.dsum + n * dk + c);
+    }
+  });
+}
+
+/// t[c·C + i] = rows[i·dk + c] for i < L, zero for i in [L, ceil_W(L)).
+template <class Arch>
+inline void delta_transpose(const float* rows, index L, index dk, float* t) {
+  constexpr index C = delta_chunk_tokens, W = index(simd::width<Arch>);
+  const index lp = (L + W - 1) / W * W;
+  for (index c = 0; c < dk; ++c) {
+    float* out = t + c * C;
+    for (index i = 0; i < L; ++i) out[i] = rows[i * dk + c];
+    std::fill(out + L, out + lp, 0.0f);
+  }
+}
+
+/// The right operand of sub-block n's products: columns of each earlier sub-block m are krt ⊙
+/// exp(Σ_{m<b<n} D_b), those of n are kit before j0 (the anchored rows) and 0 from j0 on (their
+/// rows take the direct diagonal).
+template <class Arch>
+inline void delta_kda_right(index n, index L, index j0, index dk, const delta_chunk_scratch& s) {
+  using B = simd::batch<float, Arch>;
+  constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens, W = index(B::size);
+  float* x = s.tmp;       // Σ_{m<b<n} D_b
+  float* d = s.tmp + dk;  // its exp
+  std::fill(x, x + dk, 0.0f);
+  for (index m = n - 1; m >= 0; --m) {
+    if (m < n - 1)
+      for (index c = 0; c < dk; ++c) x[c] += s.dsum[(m + 1) * dk + c];
+    for (index c = 0; c < dk; ++c) d[c] = delta_exp(x[c]);
+    for (index c = 0; c < dk; ++c) {
+      const B dc = simd::broadcast<Arch>(d[c]);
+      for (index i = m * SB; i < m * SB + SB; i += W) simd::store(s.rt + c * C + i, simd::load<Arch>(s.krt + c * C + i) * dc);
+    }
+  }
+  const index f = n * SB, e = std::min(f + SB, L), ep = (e + W - 1) / W * W;
+  for (index c = 0; c < dk; ++c)
+    for (index i = f; i < ep; ++i) s.rt[c * C + i] = i < j0 ? s.kit[c * C + i] : 0.0f;
+}
+
+/// Rows [j0, e) of sub-block [f, e)'s diagonal by direct per-element exps: A_ji (i < j) and B_ji
+/// (i ≤ j), the exponent summed from g over (i, j].
+template <class Arch>
+inline void delta_kda_diag(const delta_chunk_rows& r, index f, index j0, index e, index dk, float scale,
+                           const delta_chunk_scratch& s) {
+  using B = simd::batch<float, Arch>;
+  constexpr index C = delta_chunk_tokens, W = index(B::size);
+  float* x = s.tmp;
+  for (index i = f; i < e; ++i) {
+    std::fill(x, x + dk, 0.0f);
+    const float* ki = r.k + i * r.ks;
+    for (index j = i; j < e; ++j) {
+      const float *kj = r.k + j * r.ks, *qj = r.q + j * r.qs, *gj = r.g + j * r.gs;
+      if (j > i)
+        for (index c = 0; c < dk; ++c) x[c] += gj[c];
+      if (j < j0) continue;
+      B fa(0.0f), fb(0.0f);
+      index c = 0;
+      for (; c + W <= dk; c += W) {
+        const B w = simd::load<Arch>(ki + c) * simd::exp_nonpositive(simd::load<Arch>(x + c));
+        fa = simd::fma(simd::load<Arch>(kj + c), w, fa);
+        fb = simd::fma(simd::load<Arch>(qj + c), w, fb);
+      }
+      float sa = simd::hadd(fa), sb = simd::hadd(fb);
+      for (; c < dk; ++c) {
+        const float w = ki[c] * delta_exp(x[c]);
+        sa += kj[c] * w;
+        sb += qj[c] * w;
+      }
+      if (j > i) s.a[j * C + i] = sa;
+      s.b[j * C + i] = scale * sb;
+    }
+  }
+}
+
+/// The first row of sub-block [f, e) whose decay from the sub-block start falls below
+/// delta_anchor_range in some channel (or is NaN): the rows before it take the anchored diagonal.
+/// It depends on the rows up to itself only, so a later token never changes an earlier row's path.
+inline index delta_kda_anchored_rows(const delta_chunk_rows& r, index f, index e, index dk, float* x) {
+  std::fill(x, x + dk, 0.0f);
+  for (index j = f; j < e; ++j) {
+    bool ok = true;
+    for (index c = 0; c < dk; ++c) ok = (x[c] += r.g[j * r.gs + c]) >= delta_anchor_range && ok;  // false for NaN
+    if (!ok) return j;
+  }
+  return e;
+}
+
+/// Fills s for tokens [t0, t0 + L) of value head h with a per-channel decay.
+template <class Arch>
+inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, delta_chunk_scratch& s) {
+  constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens;
+  const index dk = p.d_k, kh = delta_key_head(p, h);
+  const delta_chunk_rows r{p.q + t0 * p.q_stride + kh * dk, p.k + t0 * p.k_stride + kh * dk,
+                           p.g + t0 * p.g_stride + h * dk, p.q_stride, p.k_stride, p.g_stride};
+  for (index t = 0; t < L; ++t) s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
+  delta_kda_forward<Arch>(r, L, dk, p.scale, s);
+  delta_transpose<Arch>(s.rows, L, dk, s.kit);
+  delta_kda_backward<Arch>(r, L, dk, s);
+  delta_transpose<Arch>(s.rows, L, dk, s.krt);
+  for (index n = 0; n * SB < L; ++n) {
+    const index f = n * SB, e = std::min(f + SB, L), j0 = delta_kda_anchored_rows(r, f, e, dk, s.tmp);
+    delta_kda_right<Arch>(n, L, j0, dk, s);
+    delta_lower_cols<Arch>(e - f, f, dk, {s.lkq + f * dk, dk, 1}, s.rt, C, {s.a + f * C, C});
+    delta_lower_cols<Arch>(e - f, f, dk, {s.lkq + (C + f) * dk, dk, 1}, s.rt, C, {s.b + f * C, C});
+    if (j0 < e) delta_kda_diag<Arch>(r, f, j0, e, dk, p.scale, s);
+  }
+  for (index j = 1; j < L; ++j)
+    for (index i = 0; i < j; ++i) s.a[j * C + i] *= -s.beta[j];
+}
+
+}  // namespace detail
+}  // namespace gattn

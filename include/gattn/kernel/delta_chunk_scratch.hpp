@@ -1,0 +1,69 @@
+// The chunked delta-rule form's buffers (docs/spec.md §13): one chunk of C tokens of one head, laid
+// out in the caller's scratch, and the chunk and sub-block sizes.
+#pragma once
+
+#include "gattn/core/types.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// Tokens per chunk (C) and per sub-block of the per-channel decay's anchoring.
+inline constexpr index delta_chunk_tokens = 64;
+inline constexpr index delta_sub_tokens = 16;
+inline constexpr index delta_subs = delta_chunk_tokens / delta_sub_tokens;
+
+/// Buffers of one chunk (C = delta_chunk_tokens). Row-major unless "ᵀ" (packed transposed, C wide).
+struct delta_chunk_scratch {
+  float* kqg;     ///< [2C × d_k]: k_t ⊙ Γ_t, then scale · q_t ⊙ Γ_t (Γ_t = exp(G_t))
+  float* ke;      ///< [C × d_k]: k_t ⊙ exp(G_last − G_t)
+  float* rt;      ///< [d_k × C]ᵀ: the right operand of the A and B products
+  float* lkq;     ///< [2C × d_k] (per channel): k_j ⊙ λ_j, then scale · q_j ⊙ λ_j (λ anchored per sub-block)
+  float* krt;     ///< [d_k × C]ᵀ (per channel): k_i ⊙ exp(G_end(i) − G_i), end(i) the last token of i's sub-block
+  float* kit;     ///< [d_k × C]ᵀ (per channel): k_i / λ_i
+  float* rows;    ///< [C × d_k] (per channel): rows before they are transposed
+  float* a;       ///< [C × C]: −β_j A_ji for i < j
+  float* b;       ///< [C × C]: B_ti for i ≤ t
+  float* u;       ///< [C × d_v]: R, then U
+  float* beta;    ///< [C]
+  float* decay;   ///< [d_k]: exp(G_last) per channel (per head: [1])
+  float* dsum;    ///< [subs × d_k]: each sub-block's Σ g
+  float* tmp;     ///< [2 × d_k]
+};
+
+/// Floats of delta_chunk_scratch for d_k, d_v (every buffer starts on a 64-byte boundary when the
+/// scratch does).
+inline index delta_chunk_floats(index d_k, index d_v) {
+  constexpr index C = delta_chunk_tokens;
+  auto up = [](index n) { return (n + 15) / 16 * 16; };
+  return 9 * up(C * d_k) + 2 * C * C + up(C * d_v) + C + 3 * up(d_k) + up(delta_subs * d_k);
+}
+
+/// Lays delta_chunk_scratch out in `scratch` (delta_chunk_floats(d_k, d_v) floats).
+inline delta_chunk_scratch delta_chunk_layout(float* scratch, index d_k, index d_v) {
+  constexpr index C = delta_chunk_tokens;
+  float* at = scratch;
+  auto take = [&](index n) {
+    float* r = at;
+    at += (n + 15) / 16 * 16;
+    return r;
+  };
+  delta_chunk_scratch s{};
+  s.kqg = take(2 * C * d_k);
+  s.ke = take(C * d_k);
+  s.rt = take(C * d_k);
+  s.lkq = take(2 * C * d_k);
+  s.krt = take(C * d_k);
+  s.kit = take(C * d_k);
+  s.rows = take(C * d_k);
+  s.a = take(C * C);
+  s.b = take(C * C);
+  s.u = take(C * d_v);
+  s.beta = take(C);
+  s.decay = take(d_k);
+  s.dsum = take(delta_subs * d_k);
+  s.tmp = take(2 * d_k);
+  return s;
+}
+
+}  // namespace detail
+}  // namespace gattn

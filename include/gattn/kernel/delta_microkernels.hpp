@@ -1,0 +1,215 @@
+// Register-blocked products of the delta-rule kernel's chunked form (docs/spec.md §13): dense and
+// lower-triangular products and the chunk's forward substitution, written once over the simd layer.
+#pragma once
+
+#include <algorithm>
+
+#include "gattn/core/types.hpp"
+#include "gattn/kernel/scratch.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
+
+namespace gattn {
+namespace detail {
+
+/// Register blocks of the delta-rule products: mr rows × nv vectors of accumulators, plus nv loaded
+/// vectors and a broadcast: 24 + 4 + 1 of 32 registers (AVX-512), 12 + 3 + 1 of 16 (AVX2, SSE).
+template <class Arch>
+struct delta_traits {
+  static constexpr index width = index(simd::width<Arch>);
+  static constexpr bool big_regfile = width >= 16;
+  static constexpr int mr = big_regfile ? 6 : 4;
+  static constexpr int nv = big_regfile ? 4 : (width == 1 ? 4 : 3);
+};
+
+/// exp(x) for x ≤ 0 with no denormal result (it would slow the products that use it).
+inline float delta_exp(float x) { return simd::exp_nonpositive(simd::scalar_batch<float>(x)).v; }
+
+/// Left operand of a product, element (r, c) at p[r·rs + c·cs] (a transposed view is cs = 1).
+struct delta_lhs {
+  const float* p;
+  index rs, cs;
+  const float* at(index r, index c) const { return p + r * rs + c * cs; }
+};
+
+/// Destination of a product: d(r, x) = alpha_r·d(r, x) + Σ (alpha_r = alpha[r·astride]) when alpha is
+/// set, else d(r, x) = Σ. The sum starts from 0 and is added at the end (blocked summation).
+struct delta_dst {
+  float* p;
+  index ld;
+  const float* alpha = nullptr;
+  index astride = 0;
+  delta_dst rows_from(index r) const { return {p + r * ld, ld, alpha ? alpha + r * astride : nullptr, astride}; }
+  delta_dst cols_from(index x) const { return {p + x, ld, alpha, astride}; }
+};
+
+/// MR rows × NV vectors of d = a·b over c < n, where b is row-major (row c at b + c·ldb). Lower: the
+/// MR columns c ∈ [n, n + MR) follow, column n + j added to rows m ≥ j only (a lower-triangular
+/// product whose row m is row n + m of the triangle). Masked entries are never multiplied: 0·NaN
+/// would carry a later token's NaN into an earlier row.
+template <class Arch, int MR, int NV, bool Lower>
+inline void delta_micro(delta_lhs a, index n, const float* b, index ldb, delta_dst d) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) acc[m][x] = B(0.0f);
+  for (index c = 0; c < n; ++c) {
+    B bv[NV];
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) bv[x] = simd::load_reg<Arch>(b + c * ldb + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const B am = simd::broadcast<Arch>(*a.at(m, c));
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(am, bv[x], acc[m][x]);
+    }
+  }
+  if constexpr (Lower) {
+#pragma GCC unroll 8
+    for (int j = 0; j < MR; ++j) {
+      B bv[NV];
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) bv[x] = simd::load<Arch>(b + (n + j) * ldb + x * W);
+#pragma GCC unroll 8
+      for (int m = j; m < MR; ++m) {
+        const B am = simd::broadcast<Arch>(*a.at(m, n + j));
+#pragma GCC unroll 8
+        for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(am, bv[x], acc[m][x]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* row = d.p + m * d.ld;
+    if (d.alpha) {
+      const B al = simd::broadcast<Arch>(d.alpha[m * d.astride]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) simd::store(row + x * W, simd::fma(simd::load<Arch>(row + x * W), al, acc[m][x]));
+    } else {
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) simd::store(row + x * W, acc[m][x]);
+    }
+  }
+}
+
+/// Rows [0, rows) of a column strip of nv vectors of Arch: row blocks of MR (the last one shorter).
+/// Lower: row r sums c ≤ r (n is ignored), else c < n.
+template <class Arch, bool Lower>
+inline void delta_strip(int nv, index rows, index n, delta_lhs a, const float* b, index ldb, delta_dst d) {
+  constexpr int MR = delta_traits<Arch>::mr;
+  constexpr int NVmax = delta_traits<Arch>::nv > 4 ? delta_traits<Arch>::nv : 4;
+  for (index r0 = 0; r0 < rows; r0 += MR) {
+    const int mr = int(std::min<index>(MR, rows - r0));
+    const delta_lhs ar{a.p + r0 * a.rs, a.rs, a.cs};
+    static_switch<MR>(mr, [&](auto R) {
+      static_switch<NVmax>(nv, [&](auto N) {
+        delta_micro<Arch, decltype(R)::value, decltype(N)::value, Lower>(ar, Lower ? r0 : n, b, ldb, d.rows_from(r0));
+      });
+    });
+  }
+}
+
+/// d(r, x) (+)= Σ_c a(r, c)·b(c, x) for r < rows, x < cols: column strips of the widest register
+/// block, then the remaining whole vectors, then the columns past the last whole vector one lane at
+/// a time (any cols works; b and d are never touched past cols). Lower: row r sums c ≤ r only.
+template <class Arch, bool Lower = false>
+inline void delta_product(index rows, index cols, index n, delta_lhs a, const float* b, index ldb, delta_dst d) {
+  constexpr index W = delta_traits<Arch>::width;
+  constexpr int NV = delta_traits<Arch>::nv;
+  const index whole = cols / W;
+  index x = 0;
+  for (; x + NV <= whole; x += NV) delta_strip<Arch, Lower>(NV, rows, n, a, b + x * W, ldb, d.cols_from(x * W));
+  if (x < whole) delta_strip<Arch, Lower>(int(whole - x), rows, n, a, b + x * W, ldb, d.cols_from(x * W));
+  if constexpr (W > 1) {
+    for (index c = whole * W; c < cols; c += 4) {
+      const int nv = int(std::min<index>(4, cols - c));
+      delta_strip<scalar_arch, Lower>(nv, rows, n, a, b + c, ldb, d.cols_from(c));
+    }
+  }
+}
+
+/// The lower part of d = a·bt over c < n, bt packed [n × ldb] with ldb ≥ ceil_W(first + rows): row r
+/// (token first + r) gets the columns i ≤ first + r, rounded up to whole vectors (the extra entries
+/// are computed, never read; bt is zero past its tokens).
+template <class Arch>
+inline void delta_lower_cols(index rows, index first, index n, delta_lhs a, const float* bt, index ldb, delta_dst d) {
+  constexpr index W = delta_traits<Arch>::width;
+  constexpr int MR = delta_traits<Arch>::mr;
+  for (index r0 = 0; r0 < rows; r0 += MR) {
+    const index mr = std::min<index>(MR, rows - r0);
+    const index cols = (first + r0 + mr + W - 1) / W * W;
+    delta_product<Arch>(mr, cols, n, {a.p + r0 * a.rs, a.rs, a.cs}, bt, ldb, d.rows_from(r0));
+  }
+}
+
+/// Rows [j0, j0 + MR) of the forward substitution u_j = u_j + Σ_{i<j} l_ji·u_i (u holds r on entry;
+/// l strictly lower, row j at l + j·ldl), NV vectors wide: the rows before j0 are final.
+template <class Arch, int MR, int NV>
+inline void delta_solve_block(const float* l, index ldl, index j0, float* u, index ldu) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) acc[m][x] = simd::load<Arch>(u + (j0 + m) * ldu + x * W);
+  for (index i = 0; i < j0; ++i) {
+    B uv[NV];
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) uv[x] = simd::load_reg<Arch>(u + i * ldu + x * W);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const B lm = simd::broadcast<Arch>(l[(j0 + m) * ldl + i]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(lm, uv[x], acc[m][x]);
+    }
+  }
+  // Inside the block, row m takes the rows above it once they are final (m' < m only).
+#pragma GCC unroll 8
+  for (int m = 1; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int j = 0; j < m; ++j) {
+      const B lm = simd::broadcast<Arch>(l[(j0 + m) * ldl + j0 + j]);
+#pragma GCC unroll 8
+      for (int x = 0; x < NV; ++x) acc[m][x] = simd::fma(lm, acc[j][x], acc[m][x]);
+    }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) simd::store(u + (j0 + m) * ldu + x * W, acc[m][x]);
+}
+
+/// The forward substitution over rows [0, rows) of one column strip (nv vectors of Arch), in order.
+template <class Arch>
+inline void delta_solve_strip(int nv, index rows, const float* l, index ldl, float* u, index ldu) {
+  constexpr int MR = delta_traits<Arch>::mr;
+  constexpr int NVmax = delta_traits<Arch>::nv > 4 ? delta_traits<Arch>::nv : 4;
+  for (index j0 = 0; j0 < rows; j0 += MR) {
+    const int mr = int(std::min<index>(MR, rows - j0));
+    static_switch<MR>(mr, [&](auto R) {
+      static_switch<NVmax>(nv, [&](auto N) { delta_solve_block<Arch, decltype(R)::value, decltype(N)::value>(l, ldl, j0, u, ldu); });
+    });
+  }
+}
+
+/// Solves (I − L) U = R in place (u holds R [rows × cols], ld ldu; L strictly lower [rows × rows]):
+/// columns are independent, so strips as in delta_product.
+template <class Arch>
+inline void delta_solve(index rows, index cols, const float* l, index ldl, float* u, index ldu) {
+  constexpr index W = delta_traits<Arch>::width;
+  constexpr int NV = delta_traits<Arch>::nv;
+  const index whole = cols / W;
+  index x = 0;
+  for (; x + NV <= whole; x += NV) delta_solve_strip<Arch>(NV, rows, l, ldl, u + x * W, ldu);
+  if (x < whole) delta_solve_strip<Arch>(int(whole - x), rows, l, ldl, u + x * W, ldu);
+  if constexpr (W > 1) {
+    for (index c = whole * W; c < cols; c += 4)
+      delta_solve_strip<scalar_arch>(int(std::min<index>(4, cols - c)), rows, l, ldl, u + c, ldu);
+  }
+}
+
+}  // namespace detail
+}  // namespace gattn
