@@ -40,7 +40,7 @@ inline void delta_gdn_scale_rows(const double* G, index L, float scale, const de
 /// Fills s for tokens [t0, t0 + L) of value head h with a per-head decay.
 template <class Arch>
 inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, delta_chunk_scratch& s) {
-  constexpr index C = delta_chunk_tokens, W = index(simd::width<Arch>);
+  constexpr index C = delta_chunk_tokens;
   const index dk = p.d_k, kh = delta_key_head(p, h);
   const float* k0 = p.k + t0 * p.k_stride + kh * dk;
   const float* q0 = p.q + t0 * p.q_stride + kh * dk;
@@ -53,18 +53,15 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
   }
   for (index t = 0; t < L; ++t) {
     const float gam = delta_exp(float(G[t])), e = delta_exp(float(G[L - 1] - G[t]));
-    scale_copy<Arch>(s.kqg + t * dk, k0 + t * p.k_stride, dk, gam);
+    const float* kt = s.rows + t * dk;
+    std::copy_n(k0 + t * p.k_stride, dk, s.rows + t * dk);
+    scale_copy<Arch>(s.kqg + t * dk, kt, dk, gam);
     scale_copy<Arch>(s.kqg + (C + t) * dk, q0 + t * p.q_stride, dk, p.scale * gam);
-    scale_copy<Arch>(s.ke + t * dk, k0 + t * p.k_stride, dk, e);
+    scale_copy<Arch>(s.ke + t * dk, kt, dk, e);
   }
   s.decay[0] = delta_exp(float(G[L - 1]));
-  const index lp = (L + W - 1) / W * W;
-  for (index c = 0; c < dk; ++c) {
-    float* row = s.rt + c * C;
-    for (index i = 0; i < L; ++i) row[i] = k0[i * p.k_stride + c];
-    std::fill(row + L, row + lp, 0.0f);
-  }
-  delta_lower_cols<Arch>(L, 0, dk, {k0, p.k_stride, 1}, s.rt, C, {s.a, C});
+  delta_transpose<Arch>(s.rows, L, dk, s.rt, C);
+  delta_lower_cols<Arch>(L, 0, dk, {s.rows, dk, 1}, s.rt, C, {s.a, C});
   delta_lower_cols<Arch>(L, 0, dk, {q0, p.q_stride, 1}, s.rt, C, {s.b, C});
   delta_gdn_scale_rows<Arch>(G, L, p.scale, s);
 }

@@ -26,70 +26,83 @@ namespace detail {
 /// Sub-block decays below this (in any channel) take the direct diagonal.
 inline constexpr float delta_anchor_range = -80.0f;
 
+/// Whether x[c] ≥ bound for every c < n (false when one is NaN).
+template <class Arch>
+inline bool delta_all_at_least(const float* x, index n, float bound) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  B bad(0.0f);
+  index c = 0;
+  for (; c + W <= n; c += W) bad = simd::max(bad, simd::select(simd::load<Arch>(x + c) >= B(bound), B(0.0f), B(1.0f)));
+  bool ok = simd::hmax(bad) == 0.0f;
+  for (; c < n; ++c) ok = ok && x[c] >= bound;
+  return ok;
+}
+
 /// Token-0 rows of one chunk of one head.
 struct delta_chunk_rows {
   const float *q, *k, *g;
   index qs, ks, gs;
 };
 
-/// Forward pass per channel: λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j);
-/// writes lkq, kqg, rows = k / λ, the sub-block totals and exp(G_last).
+/// Forward pass, token by token (one head's rows are far apart: each is read once, whole):
+/// λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq, kqg, rows = k / λ,
+/// the sub-block totals and exp(G_last).
 template <class Arch>
-inline void delta_kda_forward(const delta_chunk_rows& r, index L, index dk, float scale, const delta_chunk_scratch& s) {
+inline void delta_kda_forward(const delta_chunk_rows& r, index L, index dk, float scale, delta_chunk_scratch& s) {
   constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens;
+  float* P = s.tmp;       // Σ g from the sub-block start
+  float* H = s.tmp + dk;  // Σ g before the sub-block
+  std::fill(H, H + dk, 0.0f);
+  for (index j = 0; j < L; ++j) {
+    if (j % SB == 0) std::fill(P, P + dk, 0.0f);
+    const float *gj = r.g + j * r.gs, *kj = r.k + j * r.ks, *qj = r.q + j * r.qs;
+    for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
+      using B = decltype(tag);
+      const B pc = load_as<B>(P + c) + load_as<B>(gj + c);
+      simd::store(P + c, pc);
+      const B lam = simd::exp_nonpositive(pc), gam = simd::exp_nonpositive(load_as<B>(H + c) + pc);
+      const B kc = load_as<B>(kj + c), qc = load_as<B>(qj + c) * B(scale);
+      simd::store(s.lkq + j * dk + c, kc * lam);
+      simd::store(s.lkq + (C + j) * dk + c, qc * lam);
+      simd::store(s.rows + j * dk + c, kc / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
+      simd::store(s.kqg + j * dk + c, kc * gam);
+      simd::store(s.kqg + (C + j) * dk + c, qc * gam);
+    });
+    // Row j's diagonal entries may take the anchored factors while its decay from the sub-block
+    // start stays in range; this depends on rows up to j only, so no later token changes row j's path.
+    s.anchored[j] = delta_all_at_least<Arch>(P, dk, delta_anchor_range);
+    if (j % SB == SB - 1 || j == L - 1) {
+      std::copy_n(P, dk, s.dsum + (j / SB) * dk);
+      for (index c = 0; c < dk; ++c) H[c] += P[c];
+    }
+  }
   for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
     using B = decltype(tag);
-    const B sc(scale);
-    B H(0.0f);
-    for (index f = 0; f < L; f += SB) {
-      B P(0.0f);
-      for (index j = f; j < std::min(f + SB, L); ++j) {
-        P += load_as<B>(r.g + j * r.gs + c);
-        const B lam = simd::exp_nonpositive(P), gam = simd::exp_nonpositive(H + P);
-        const B kj = load_as<B>(r.k + j * r.ks + c), qj = load_as<B>(r.q + j * r.qs + c) * sc;
-        simd::store(s.lkq + j * dk + c, kj * lam);
-        simd::store(s.lkq + (C + j) * dk + c, qj * lam);
-        simd::store(s.rows + j * dk + c, kj / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
-        simd::store(s.kqg + j * dk + c, kj * gam);
-        simd::store(s.kqg + (C + j) * dk + c, qj * gam);
-      }
-      simd::store(s.dsum + (f / SB) * dk + c, P);
-      H += P;
-    }
-    simd::store(s.decay + c, simd::exp_nonpositive(H));
+    simd::store(s.decay + c, simd::exp_nonpositive(load_as<B>(H + c)));
   });
 }
 
-/// Backward pass per channel: rows = k_i ⊙ exp(G_end(i) − G_i), ke = k_i ⊙ exp(G_last − G_i).
+/// Backward pass, token by token: rows = k_i ⊙ exp(G_end(i) − G_i), ke = k_i ⊙ exp(G_last − G_i).
 template <class Arch>
 inline void delta_kda_backward(const delta_chunk_rows& r, index L, index dk, const delta_chunk_scratch& s) {
   constexpr index SB = delta_sub_tokens;
-  const index subs = (L + SB - 1) / SB;
-  for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
-    using B = decltype(tag);
-    B T(0.0f);  // Σ g over the sub-blocks after the current one
-    for (index n = subs - 1; n >= 0; --n) {
-      B Q(0.0f);  // Σ g over (i, end of sub-block]
-      for (index i = std::min(n * SB + SB, L) - 1; i >= n * SB; --i) {
-        const B ki = load_as<B>(r.k + i * r.ks + c);
-        simd::store(s.rows + i * dk + c, ki * simd::exp_nonpositive(Q));
-        simd::store(s.ke + i * dk + c, ki * simd::exp_nonpositive(Q + T));
-        Q += load_as<B>(r.g + i * r.gs + c);
-      }
-      T += load_as<B>(s.dsum + n * dk + c);
+  float* Q = s.tmp;       // Σ g over (i, end of the sub-block]
+  float* T = s.tmp + dk;  // Σ g over the sub-blocks after the current one
+  std::fill(T, T + dk, 0.0f);
+  for (index n = (L + SB - 1) / SB - 1; n >= 0; --n) {
+    std::fill(Q, Q + dk, 0.0f);
+    for (index i = std::min(n * SB + SB, L) - 1; i >= n * SB; --i) {
+      const float *gi = r.g + i * r.gs, *ki = r.k + i * r.ks;
+      for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
+        using B = decltype(tag);
+        const B kc = load_as<B>(ki + c), qc = load_as<B>(Q + c);
+        simd::store(s.rows + i * dk + c, kc * simd::exp_nonpositive(qc));
+        simd::store(s.ke + i * dk + c, kc * simd::exp_nonpositive(qc + load_as<B>(T + c)));
+        simd::store(Q + c, qc + load_as<B>(gi + c));
+      });
     }
-  });
-}
-
-/// t[c·C + i] = rows[i·dk + c] for i < L, zero for i in [L, ceil_W(L)).
-template <class Arch>
-inline void delta_transpose(const float* rows, index L, index dk, float* t) {
-  constexpr index C = delta_chunk_tokens, W = index(simd::width<Arch>);
-  const index lp = (L + W - 1) / W * W;
-  for (index c = 0; c < dk; ++c) {
-    float* out = t + c * C;
-    for (index i = 0; i < L; ++i) out[i] = rows[i * dk + c];
-    std::fill(out + L, out + lp, 0.0f);
+    for (index c = 0; c < dk; ++c) T[c] += s.dsum[n * dk + c];
   }
 }
 
@@ -104,17 +117,24 @@ inline void delta_kda_right(index n, index L, index j0, index dk, const delta_ch
   float* d = s.tmp + dk;  // its exp
   std::fill(x, x + dk, 0.0f);
   for (index m = n - 1; m >= 0; --m) {
-    if (m < n - 1)
-      for (index c = 0; c < dk; ++c) x[c] += s.dsum[(m + 1) * dk + c];
-    for (index c = 0; c < dk; ++c) d[c] = delta_exp(x[c]);
+    const float* dm = s.dsum + (m + 1) * dk;
+    for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
+      using V = decltype(tag);
+      const V xc = m < n - 1 ? load_as<V>(x + c) + load_as<V>(dm + c) : V(0.0f);
+      simd::store(x + c, xc);
+      simd::store(d + c, simd::exp_nonpositive(xc));
+    });
     for (index c = 0; c < dk; ++c) {
       const B dc = simd::broadcast<Arch>(d[c]);
       for (index i = m * SB; i < m * SB + SB; i += W) simd::store(s.rt + c * C + i, simd::load<Arch>(s.krt + c * C + i) * dc);
     }
   }
   const index f = n * SB, e = std::min(f + SB, L), ep = (e + W - 1) / W * W;
-  for (index c = 0; c < dk; ++c)
-    for (index i = f; i < ep; ++i) s.rt[c * C + i] = i < j0 ? s.kit[c * C + i] : 0.0f;
+  for (index c = 0; c < dk; ++c) {
+    float* out = s.rt + c * C;
+    if (j0 == f + SB) std::copy_n(s.kit + c * C + f, SB, out + f);
+    else for (index i = f; i < ep; ++i) out[i] = i < j0 ? s.kit[c * C + i] : 0.0f;
+  }
 }
 
 /// Rows [j0, e) of sub-block [f, e)'s diagonal by direct per-element exps: A_ji (i < j) and B_ji
@@ -152,19 +172,6 @@ inline void delta_kda_diag(const delta_chunk_rows& r, index f, index j0, index e
   }
 }
 
-/// The first row of sub-block [f, e) whose decay from the sub-block start falls below
-/// delta_anchor_range in some channel (or is NaN): the rows before it take the anchored diagonal.
-/// It depends on the rows up to itself only, so a later token never changes an earlier row's path.
-inline index delta_kda_anchored_rows(const delta_chunk_rows& r, index f, index e, index dk, float* x) {
-  std::fill(x, x + dk, 0.0f);
-  for (index j = f; j < e; ++j) {
-    bool ok = true;
-    for (index c = 0; c < dk; ++c) ok = (x[c] += r.g[j * r.gs + c]) >= delta_anchor_range && ok;  // false for NaN
-    if (!ok) return j;
-  }
-  return e;
-}
-
 /// Fills s for tokens [t0, t0 + L) of value head h with a per-channel decay.
 template <class Arch>
 inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, delta_chunk_scratch& s) {
@@ -174,11 +181,13 @@ inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, d
                            p.g + t0 * p.g_stride + h * dk, p.q_stride, p.k_stride, p.g_stride};
   for (index t = 0; t < L; ++t) s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
   delta_kda_forward<Arch>(r, L, dk, p.scale, s);
-  delta_transpose<Arch>(s.rows, L, dk, s.kit);
+  delta_transpose<Arch>(s.rows, L, dk, s.kit, C);
   delta_kda_backward<Arch>(r, L, dk, s);
-  delta_transpose<Arch>(s.rows, L, dk, s.krt);
+  delta_transpose<Arch>(s.rows, L, dk, s.krt, C);
   for (index n = 0; n * SB < L; ++n) {
-    const index f = n * SB, e = std::min(f + SB, L), j0 = delta_kda_anchored_rows(r, f, e, dk, s.tmp);
+    const index f = n * SB, e = std::min(f + SB, L);
+    index j0 = f;
+    while (j0 < e && s.anchored[j0]) ++j0;
     delta_kda_right<Arch>(n, L, j0, dk, s);
     delta_lower_cols<Arch>(e - f, f, dk, {s.lkq + f * dk, dk, 1}, s.rt, C, {s.a + f * C, C});
     delta_lower_cols<Arch>(e - f, f, dk, {s.lkq + (C + f) * dk, dk, 1}, s.rt, C, {s.b + f * C, C});

@@ -20,7 +20,7 @@ struct delta_chunk_scratch {
   float* lkq;     ///< [2C × d_k] (per channel): k_j ⊙ λ_j, then scale · q_j ⊙ λ_j (λ anchored per sub-block)
   float* krt;     ///< [d_k × C]ᵀ (per channel): k_i ⊙ exp(G_end(i) − G_i), end(i) the last token of i's sub-block
   float* kit;     ///< [d_k × C]ᵀ (per channel): k_i / λ_i
-  float* rows;    ///< [C × d_k] (per channel): rows before they are transposed
+  float* rows;    ///< [C × d_k]: rows before they are transposed
   float* a;       ///< [C × C]: −β_j A_ji for i < j
   float* b;       ///< [C × C]: B_ti for i ≤ t
   float* u;       ///< [C × d_v]: R, then U
@@ -28,6 +28,7 @@ struct delta_chunk_scratch {
   float* decay;   ///< [d_k]: exp(G_last) per channel (per head: [1])
   float* dsum;    ///< [subs × d_k]: each sub-block's Σ g
   float* tmp;     ///< [2 × d_k]
+  bool anchored[delta_chunk_tokens];  ///< (per channel) row j's decay from its sub-block start is in range
 };
 
 /// Floats of delta_chunk_scratch for d_k, d_v (every buffer starts on a 64-byte boundary when the

@@ -145,6 +145,20 @@ inline void delta_lower_cols(index rows, index first, index n, delta_lhs a, cons
   }
 }
 
+/// t[c·ldt + i] = rows[i·dk + c] for i < L, zero for i in [L, ceil_W(L)). In blocks of 16 channels:
+/// reading all L rows of one channel at a time would walk L lines that share a few cache sets.
+template <class Arch>
+inline void delta_transpose(const float* rows, index L, index dk, float* t, index ldt) {
+  constexpr index W = delta_traits<Arch>::width;
+  const index lp = (L + W - 1) / W * W;
+  for (index c0 = 0; c0 < dk; c0 += 16) {
+    const index c1 = std::min(dk, c0 + 16);
+    for (index i = 0; i < L; ++i)
+      for (index c = c0; c < c1; ++c) t[c * ldt + i] = rows[i * dk + c];
+  }
+  for (index c = 0; c < dk; ++c) std::fill(t + c * ldt + L, t + c * ldt + lp, 0.0f);
+}
+
 /// Rows [j0, j0 + MR) of the forward substitution u_j = u_j + Σ_{i<j} l_ji·u_i (u holds r on entry;
 /// l strictly lower, row j at l + j·ldl), NV vectors wide: the rows before j0 are final.
 template <class Arch, int MR, int NV>
