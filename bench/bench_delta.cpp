@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "gattn/core/execution.hpp"
+#include "gattn/core/memory.hpp"
 #include "gattn/kernel/delta_rule.hpp"
 
 namespace bench_delta {
@@ -45,7 +46,7 @@ double flops_per_token_head(index dk, index dv) {
 struct inputs {
   delta_shape s;
   index tokens;
-  std::vector<float> q, k, v, beta, g, out, state;
+  gattn::streamed_vector<float> q, k, v, beta, g, out, state;  // huge pages, as a layer's buffers and state pool
   index states;
 
   inputs(const delta_shape& sh, index t, index n_states) : s(sh), tokens(t), states(n_states) {
@@ -139,7 +140,7 @@ int register_all() {
                                    delta_form::automatic, t)
           ->UseRealTime()->Unit(benchmark::kMillisecond);
     }
-    for (index T : {4, 8, 12, 16, 24, 32, 48, 64})
+    for (index T : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64})
       for (delta_form f : {delta_form::recurrent, delta_form::chunked}) {
         const std::string name = "delta/short/T" + std::to_string(T) + "/" + n + "/" +
                                  (f == delta_form::recurrent ? "recurrent" : "chunked") + "/t:1";

@@ -19,7 +19,8 @@
 namespace gattn {
 namespace detail {
 
-/// Scales A's row j by −β_j·exp(G_j − G_i) (i < j) and B's by scale·exp(G_j − G_i) (i ≤ j).
+/// Scales A's row j by −β_j·exp(G_j − G_i) (i < j) and B's by scale·exp(G_j − G_i) (i ≤ j), in whole
+/// vectors: the entries past the diagonal get a finite factor and are never read.
 template <class Arch>
 inline void delta_gdn_scale_rows(const double* G, index L, float scale, const delta_chunk_scratch& s) {
   using B = simd::batch<float, Arch>;
@@ -27,13 +28,15 @@ inline void delta_gdn_scale_rows(const double* G, index L, float scale, const de
   alignas(64) float f[C];
   for (index j = 0; j < L; ++j) {
     const index n = (j + W) / W * W;  // whole vectors covering i ≤ j
-    for (index i = 0; i < n; ++i) f[i] = i <= j ? float(G[j] - G[i]) : 0.0f;
-    for (index i = 0; i < n; i += W) simd::store(f + i, simd::exp_nonpositive(simd::load<Arch>(f + i)));
-    const float nb = -s.beta[j];
+    for (index i = 0; i < n; ++i) f[i] = float(G[j] - G[i]);
+    const B nb = simd::broadcast<Arch>(-s.beta[j]), sc = simd::broadcast<Arch>(scale);
     float* a = s.a + j * C;
     float* b = s.b + j * C;
-    for (index i = 0; i < j; ++i) a[i] *= nb * f[i];
-    for (index i = 0; i <= j; ++i) b[i] *= scale * f[i];
+    for (index i = 0; i < n; i += W) {
+      const B e = simd::exp_nonpositive(simd::min(B(0.0f), simd::load<Arch>(f + i)));
+      simd::store(a + i, simd::load<Arch>(a + i) * (nb * e));
+      simd::store(b + i, simd::load<Arch>(b + i) * (sc * e));
+    }
   }
 }
 
@@ -44,7 +47,7 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
   const index dk = p.d_k, kh = delta_key_head(p, h);
   const float* k0 = p.k + t0 * p.k_stride + kh * dk;
   const float* q0 = p.q + t0 * p.q_stride + kh * dk;
-  double G[C];
+  double G[C] = {};  // whole vectors of it are read past L (into entries that are never used)
   double acc = 0;
   for (index t = 0; t < L; ++t) {
     acc += double(p.g[(t0 + t) * p.g_stride + h]);
@@ -52,6 +55,7 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
     s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
   }
   for (index t = 0; t < L; ++t) {
+    delta_prefetch_ahead(p, h, t0, t, L);
     const float gam = delta_exp(float(G[t])), e = delta_exp(float(G[L - 1] - G[t]));
     const float* kt = s.rows + t * dk;
     std::copy_n(k0 + t * p.k_stride, dk, s.rows + t * dk);

@@ -49,12 +49,15 @@ struct delta_chunk_rows {
 /// λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq, kqg, rows = k / λ,
 /// the sub-block totals and exp(G_last).
 template <class Arch>
-inline void delta_kda_forward(const delta_chunk_rows& r, index L, index dk, float scale, delta_chunk_scratch& s) {
+inline void delta_kda_forward(const delta_params& p, index h, index t0, const delta_chunk_rows& r, index L, delta_chunk_scratch& s) {
   constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens;
+  const index dk = p.d_k;
+  const float scale = p.scale;
   float* P = s.tmp;       // Σ g from the sub-block start
   float* H = s.tmp + dk;  // Σ g before the sub-block
   std::fill(H, H + dk, 0.0f);
   for (index j = 0; j < L; ++j) {
+    delta_prefetch_ahead(p, h, t0, j, L);
     if (j % SB == 0) std::fill(P, P + dk, 0.0f);
     const float *gj = r.g + j * r.gs, *kj = r.k + j * r.ks, *qj = r.q + j * r.qs;
     for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
@@ -180,7 +183,7 @@ inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, d
   const delta_chunk_rows r{p.q + t0 * p.q_stride + kh * dk, p.k + t0 * p.k_stride + kh * dk,
                            p.g + t0 * p.g_stride + h * dk, p.q_stride, p.k_stride, p.g_stride};
   for (index t = 0; t < L; ++t) s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
-  delta_kda_forward<Arch>(r, L, dk, p.scale, s);
+  delta_kda_forward<Arch>(p, h, t0, r, L, s);
   delta_transpose<Arch>(s.rows, L, dk, s.kit, C);
   delta_kda_backward<Arch>(r, L, dk, s);
   delta_transpose<Arch>(s.rows, L, dk, s.krt, C);

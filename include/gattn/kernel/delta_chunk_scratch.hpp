@@ -2,7 +2,11 @@
 // out in the caller's scratch, and the chunk and sub-block sizes.
 #pragma once
 
+#include <algorithm>
+
 #include "gattn/core/types.hpp"
+#include "gattn/kernel/delta_params.hpp"
+#include "gattn/kernel/prefetch.hpp"
 
 namespace gattn {
 namespace detail {
@@ -64,6 +68,34 @@ inline delta_chunk_scratch delta_chunk_layout(float* scratch, index d_k, index d
   s.dsum = take(delta_subs * d_k);
   s.tmp = take(2 * d_k);
   return s;
+}
+
+/// How many tokens ahead a chunk's first pass over its inputs prefetches them.
+inline constexpr index delta_prefetch_tokens = 8;
+
+/// Brings value head h's rows of token t (q, k, v, g, β) into L1 shortly before the chunk's first
+/// pass reads them. One head's row is a few hundred bytes every stride floats, which the hardware
+/// prefetchers do not follow; and rows a power of two apart share a few cache sets, so lines fetched
+/// a whole chunk ahead are evicted before their use.
+inline void delta_prefetch_token(const delta_params& p, index h, index t) {
+  const index kh = delta_key_head(p, h), dk = p.d_k, dv = p.d_v;
+  auto lines = [](const float* x, index n) {
+    for (index i = 0; i < n; i += 16) prefetch_l1(x + i);
+    prefetch_l1(x + n - 1);
+  };
+  lines(p.q + t * p.q_stride + kh * dk, dk);
+  lines(p.k + t * p.k_stride + kh * dk, dk);
+  lines(p.v + t * p.v_stride + h * dv, dv);
+  lines(p.g + t * p.g_stride + (p.per_channel_decay ? h * dk : h), p.per_channel_decay ? dk : 1);
+  prefetch_l1(p.beta + t * p.beta_stride + h);
+}
+
+/// The prefetches of a chunk's first pass at its token t (of L, from t0): the first few tokens when
+/// t = 0, then the token delta_prefetch_tokens ahead.
+inline void delta_prefetch_ahead(const delta_params& p, index h, index t0, index t, index L) {
+  if (t == 0)
+    for (index i = 0; i < std::min(delta_prefetch_tokens, L); ++i) delta_prefetch_token(p, h, t0 + i);
+  if (t + delta_prefetch_tokens < L) delta_prefetch_token(p, h, t0 + t + delta_prefetch_tokens);
 }
 
 }  // namespace detail

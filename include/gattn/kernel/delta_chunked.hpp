@@ -15,7 +15,6 @@
 #include "gattn/kernel/delta_chunk_scratch.hpp"
 #include "gattn/kernel/delta_microkernels.hpp"
 #include "gattn/kernel/delta_params.hpp"
-#include "gattn/kernel/prefetch.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
@@ -55,31 +54,10 @@ inline void delta_chunk(const delta_params& p, index h, index t0, index L, float
   delta_product<Arch>(dk, dv, L, {s.ke, 1, dk}, s.u, dv, {S, dv, s.decay, p.per_channel_decay ? 1 : 0});
 }
 
-/// Brings head h's inputs of tokens [t0, t1) towards L2: one head's row is a few hundred bytes
-/// every stride floats, too far apart for the hardware prefetchers to follow.
-inline void delta_prefetch_inputs(const delta_params& p, index h, index t0, index t1) {
-  const index kh = delta_key_head(p, h), dk = p.d_k, dv = p.d_v;
-  auto lines = [](const float* x, index n) {
-    for (index i = 0; i < n; i += 16) prefetch_l2(x + i);
-    prefetch_l2(x + n - 1);
-  };
-  for (index t = t0; t < t1; ++t) {
-    lines(p.q + t * p.q_stride + kh * dk, dk);
-    lines(p.k + t * p.k_stride + kh * dk, dk);
-    lines(p.v + t * p.v_stride + h * dv, dv);
-    lines(p.g + t * p.g_stride + (p.per_channel_decay ? h * dk : h), p.per_channel_decay ? dk : 1);
-    prefetch_l2(p.beta + t * p.beta_stride + h);
-  }
-}
-
-/// Tokens [t0, t1) of value head h in chunks of C, each prefetching the next one's inputs.
+/// Tokens [t0, t1) of value head h in chunks of C.
 template <class Arch>
 inline void delta_chunked(const delta_params& p, index h, index t0, index t1, float* scratch) {
-  constexpr index C = delta_chunk_tokens;
-  for (index t = t0; t < t1; t += C) {
-    delta_prefetch_inputs(p, h, std::min(t + C, t1), std::min(t + 2 * C, t1));
-    delta_chunk<Arch>(p, h, t, std::min(C, t1 - t), scratch);
-  }
+  for (index t = t0; t < t1; t += delta_chunk_tokens) delta_chunk<Arch>(p, h, t, std::min(delta_chunk_tokens, t1 - t), scratch);
 }
 
 }  // namespace detail

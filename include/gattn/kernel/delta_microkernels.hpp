@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/scratch.hpp"
@@ -145,18 +146,64 @@ inline void delta_lower_cols(index rows, index first, index n, delta_lhs a, cons
   }
 }
 
-/// t[c·ldt + i] = rows[i·dk + c] for i < L, zero for i in [L, ceil_W(L)). In blocks of 16 channels:
-/// reading all L rows of one channel at a time would walk L lines that share a few cache sets.
+#if defined(__AVX512F__)
+/// In-register transpose of a 16 × 16 tile: r[i] = row i in, column i out.
+inline void delta_transpose16(__m512 (&r)[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // u[4i + k], 128-bit lane L: column 4L + k of rows 4i .. 4i + 3
+  auto pd = [](__m512 x) { return _mm512_castps_pd(x); };
+  __m512 u[16];
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * i]), pd(t[4 * i + 2])));
+    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * i]), pd(t[4 * i + 2])));
+    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(t[4 * i + 1]), pd(t[4 * i + 3])));
+    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(t[4 * i + 1]), pd(t[4 * i + 3])));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44), v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+    r[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + k] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+/// Channels [0, dk − dk % 16) of delta_transpose in 16 × 16 tiles (rows past L read as zero).
+inline index delta_transpose_tiles(const float* rows, index L, index dk, float* t, index ldt) {
+  const index lp = (L + 15) / 16 * 16, cw = dk / 16 * 16;
+  for (index i0 = 0; i0 < lp; i0 += 16)
+    for (index c0 = 0; c0 < cw; c0 += 16) {
+      __m512 r[16];
+      for (index i = 0; i < 16; ++i) r[i] = i0 + i < L ? _mm512_loadu_ps(rows + (i0 + i) * dk + c0) : _mm512_setzero_ps();
+      delta_transpose16(r);
+      for (index c = 0; c < 16; ++c) _mm512_storeu_ps(t + (c0 + c) * ldt + i0, r[c]);
+    }
+  return cw;
+}
+#endif
+
+/// t[c·ldt + i] = rows[i·dk + c] for i < L, zero for i in [L, ceil_W(L)). AVX-512 in register tiles;
+/// otherwise in blocks of 16 channels (reading all L rows of one channel at a time would walk L lines
+/// that share a few cache sets).
 template <class Arch>
 inline void delta_transpose(const float* rows, index L, index dk, float* t, index ldt) {
   constexpr index W = delta_traits<Arch>::width;
   const index lp = (L + W - 1) / W * W;
-  for (index c0 = 0; c0 < dk; c0 += 16) {
+  index done = 0;
+#if defined(__AVX512F__)
+  if constexpr (W == 16 && std::is_base_of<xsimd::avx512f, Arch>::value) done = delta_transpose_tiles(rows, L, dk, t, ldt);
+#endif
+  for (index c0 = done; c0 < dk; c0 += 16) {
     const index c1 = std::min(dk, c0 + 16);
     for (index i = 0; i < L; ++i)
       for (index c = c0; c < c1; ++c) t[c * ldt + i] = rows[i * dk + c];
   }
-  for (index c = 0; c < dk; ++c) std::fill(t + c * ldt + L, t + c * ldt + lp, 0.0f);
+  for (index c = done; c < dk; ++c) std::fill(t + c * ldt + L, t + c * ldt + lp, 0.0f);
 }
 
 /// Rows [j0, j0 + MR) of the forward substitution u_j = u_j + Σ_{i<j} l_ji·u_i (u holds r on entry;

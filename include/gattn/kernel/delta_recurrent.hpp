@@ -5,8 +5,8 @@
 //   pass 1 reads S:          p = S'ᵀk,  y = S'ᵀq
 //   pass 2 reads and writes: S ← S' + k uᵀ
 //   o = scale · (S' + k uᵀ)ᵀ q = scale · (y + (k·q) u)
-// Columns of S are independent, so a strip of columns runs through a block of tokens while it stays
-// in L1; the per-token values shared by the strips (α, k·q) are computed once per token block.
+// Columns of S are independent, so a strip of columns runs through a block of tokens; the per-token
+// values shared by the strips (α, k·q) are computed once per token block.
 #pragma once
 
 #include <algorithm>
@@ -36,38 +36,41 @@ struct delta_rec_block {
   index tokens;
 };
 
-/// Pass 1 of one token over a strip of NV vectors: p = S'ᵀk and y = S'ᵀq (two accumulator sets
-/// over alternating rows, for the FMA latency). Per head decay: α is applied to the sums instead.
+/// Pass 1 of one token over a strip of NV vectors: p = S'ᵀk and y = S'ᵀq (narrow strips keep two
+/// accumulator sets over alternating rows, for the FMA latency). Per head decay: α is applied to the
+/// sums instead.
 template <class Arch, int NV, bool PerChannel>
 inline void delta_rec_read(const float* s, index ld, index dk, const float* k, const float* q, const float* a,
                            simd::batch<float, Arch>* p, simd::batch<float, Arch>* y) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size);
-  B p1[NV], y1[NV];
+  constexpr int sets = NV <= 2 ? 2 : 1;
+  B acc[sets][2][NV];
 #pragma GCC unroll 8
-  for (int x = 0; x < NV; ++x) p[x] = y[x] = p1[x] = y1[x] = B(0.0f);
-  auto row = [&](index c, B* pp, B* yy) {
+  for (int x = 0; x < NV; ++x)
+#pragma GCC unroll 2
+    for (int i = 0; i < sets; ++i) acc[i][0][x] = acc[i][1][x] = B(0.0f);
+  auto row = [&](index c, B (&py)[2][NV]) {
     const B kc = simd::broadcast<Arch>(k[c]), qc = simd::broadcast<Arch>(q[c]);
     const B ac = simd::broadcast<Arch>(PerChannel ? a[c] : 1.0f);
 #pragma GCC unroll 8
     for (int x = 0; x < NV; ++x) {
       B sv = simd::load<Arch>(s + c * ld + x * W);
       if constexpr (PerChannel) sv = sv * ac;
-      pp[x] = simd::fma(kc, sv, pp[x]);
-      yy[x] = simd::fma(qc, sv, yy[x]);
+      py[0][x] = simd::fma(kc, sv, py[0][x]);
+      py[1][x] = simd::fma(qc, sv, py[1][x]);
     }
   };
   index c = 0;
-  for (; c + 2 <= dk; c += 2) {
-    row(c, p, y);
-    row(c + 1, p1, y1);
-  }
-  if (c < dk) row(c, p, y);
+  for (; c + sets <= dk; c += sets)
+#pragma GCC unroll 2
+    for (int i = 0; i < sets; ++i) row(c + i, acc[i]);
+  if (c < dk) row(c, acc[0]);
   const B scale = simd::broadcast<Arch>(PerChannel ? 1.0f : a[0]);
 #pragma GCC unroll 8
   for (int x = 0; x < NV; ++x) {
-    p[x] = (p[x] + p1[x]) * scale;
-    y[x] = (y[x] + y1[x]) * scale;
+    p[x] = (sets == 2 ? acc[0][0][x] + acc[sets - 1][0][x] : acc[0][0][x]) * scale;
+    y[x] = (sets == 2 ? acc[0][1][x] + acc[sets - 1][1][x] : acc[0][1][x]) * scale;
   }
 }
 
@@ -107,23 +110,14 @@ inline void delta_rec_strip(const delta_params& p, const delta_rec_block& bl, fl
   }
 }
 
-/// Strip width (vectors) of the recurrent form: the strip of the state stays in L1 (16 KiB) over a
-/// token block; one token (decode) reads the state once anyway, so it takes the widest block.
-template <class Arch>
-inline int delta_rec_width(index dk, index tokens) {
-  constexpr index W = index(simd::width<Arch>);
-  constexpr int most = W >= 16 ? 8 : 4;
-  if (tokens <= 1) return most;
-  return int(std::clamp<index>((index(16) << 10) / (index(sizeof(float)) * dk * W), 1, most));
-}
-
-/// Every column of the head's state through the token block: strips of `nv` vectors, then the
+/// Every column of the head's state through the token block: strips of the widest register block
+/// (an L1-sized narrower strip measured slower: two broadcasts per row serve fewer FMAs), then the
 /// columns past the last whole vector one lane at a time.
 template <class Arch, bool PerChannel>
 inline void delta_rec_columns(const delta_params& p, const delta_rec_block& bl, float* s) {
   constexpr index W = index(simd::width<Arch>);
   constexpr int most = W >= 16 ? 8 : 4;
-  const int nv = delta_rec_width<Arch>(p.d_k, bl.tokens);
+  const int nv = most;
   const index whole = p.d_v / W;
   for (index x = 0; x < whole; x += nv) {
     static_switch<most>(int(std::min<index>(nv, whole - x)), [&](auto N) {
