@@ -4,8 +4,9 @@
 // (one decode step of one sequence) and delta/BD32/{gdn,kda}/t:<n> (one decode step of 32
 // sequences). GDN: H_k 16, H_v 32, D_k = D_v = 128 (Qwen3-Next); KDA: H 32, D 128 (Kimi Linear).
 // Decode rotates through independent states totalling 96 MiB (beyond the 32 MiB L3). Counters:
-// tokens_per_s; GFLOPS by the per-token, per-value-head count 6·D_k·D_v + 3·C·D_k + 2·C·D_v + C²/3
-// (C = 64) whatever the form; GBps for decode (the state read and written once per token).
+// tokens_per_s; GFLOPS by the benchmark contract's per-token, per-value-head count 6·D_k·D_v + 3·C·D_k +
+// 2·C·D_v + C²/3 with C = 64, whatever the form and chunk size that ran; GBps for decode (the state
+// read and written once per token).
 // delta/short/T<n>/{gdn,kda}/{recurrent,chunked}/t:1: short calls with the state hot (P1's heads),
 // the evidence for delta_form::automatic's threshold.
 #include <benchmark/benchmark.h>

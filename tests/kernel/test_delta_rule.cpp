@@ -1,6 +1,6 @@
 // Tests of the gated delta-rule kernel (gattn/kernel/delta_rule.hpp, docs/spec.md §13) against a
 // float64 token loop of the recurrence, on every arch the build can run: both forms and the automatic
-// choice, lengths around the chunk (1, 2, C−1, C, C+1, 2C+1, 2C+3), head dims with tails (128/128,
+// choice, lengths around the chunk C (1, 2, C−1, C, C+1, 2C+1, 2C+3) and 64, head dims with tails (128/128,
 // 32/48, 17/5, 1/1), grouped and ungrouped heads, per-head (GDN) and per-channel (KDA) decay from
 // vanishing to strong (Σ g over a chunk below −1000) and mixed, calls split anywhere, threads, and
 // causality of non-finite values (a NaN/Inf in token t leaves every row before t bitwise unchanged).
@@ -232,8 +232,18 @@ struct dims {
   index dk, dv;
 };
 
+constexpr index C = gattn::detail::delta_chunk_tokens;
+
+/// Lengths around the chunk (1, 2, C−1, C, C+1, 2C+1, 2C+3) and around 64.
+std::vector<index> lengths_around_chunk() {
+  std::vector<index> l = {1, 2, C - 1, C, C + 1, 2 * C + 1, 2 * C + 3, 63, 64, 65, 129, 131};
+  std::sort(l.begin(), l.end());
+  l.erase(std::unique(l.begin(), l.end()), l.end());
+  return l;
+}
+
 TEST(DeltaRule, ShapesAgainstOracle) {
-  std::vector<index> lengths = {1, 2, 63, 64, 65, 129, 131};
+  std::vector<index> lengths = lengths_around_chunk();
   std::vector<dims> ds = {{128, 128}, {32, 48}, {17, 5}, {1, 1}};
   if (small_sweep()) {
     lengths = {1, 65};
@@ -276,7 +286,8 @@ TEST(DeltaRule, StrongDecayStaysFinite) {
 }
 
 TEST(DeltaRule, SplitCallsContinueTheState) {
-  const std::vector<std::vector<index>> splits = {{37, 64, 30}, {1, 1, 129}, {64, 67}, {5, 0, 126}};
+  std::vector<std::vector<index>> splits = {{37, 64, 30}, {1, 1, 129}, {64, 67}, {5, 0, 126}};
+  if (small_sweep()) splits.resize(1);
   for (bool kda : {false, true}) {
     const problem pr = make(131, 2, 4, 32, 24, kda, kda ? decay::bounded : decay::mixed, 11 + unsigned(kda));
     const oracle_result ref = oracle(pr);
@@ -312,10 +323,13 @@ TEST(DeltaRule, ChunkedMatchesRecurrent) {
 /// A NaN/Inf in q, k, v, β or g of token t0 changes no output row before t0 (bitwise), in every
 /// form; its own and later rows may change.
 TEST(DeltaRule, NonFiniteTokenIsCausal) {
-  std::vector<index> where = {0, 5, 37, 63, 64, 100};
+  std::vector<index> where = {0, 5, 37, C - 1, C, 63, 64, 100};
+  std::sort(where.begin(), where.end());
+  where.erase(std::unique(where.begin(), where.end()), where.end());
   if (small_sweep()) where = {37, 64};
-  const float values[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                          -std::numeric_limits<float>::infinity()};
+  std::vector<float> values = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity()};
+  if (small_sweep()) values.resize(1);
   for (bool kda : {false, true}) {
     const problem clean = make(131, 1, 2, 24, 20, kda, decay::mixed, 31 + unsigned(kda));
     kernel_test::for_each_arch([&](auto arch) {

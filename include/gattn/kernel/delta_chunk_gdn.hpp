@@ -55,7 +55,7 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
     s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
   }
   for (index t = 0; t < L; ++t) {
-    delta_prefetch_ahead(p, h, t0, t, L);
+    delta_prefetch_ahead(p, h, t0, t, L, s.prefetch_end);
     const float gam = delta_exp(float(G[t])), e = delta_exp(float(G[L - 1] - G[t]));
     const float* kt = s.rows + t * dk;
     std::copy_n(k0 + t * p.k_stride, dk, s.rows + t * dk);

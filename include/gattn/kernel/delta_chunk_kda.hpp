@@ -46,7 +46,8 @@ struct delta_chunk_rows {
 };
 
 /// Forward pass, token by token (one head's rows are far apart: each is read once, whole):
-/// λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq, kqg, rows = k / λ,
+/// λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq (its k rows times −β_j,
+/// which A carries), kqg, rows = k / λ,
 /// the sub-block totals and exp(G_last).
 template <class Arch>
 inline void delta_kda_forward(const delta_params& p, index h, index t0, const delta_chunk_rows& r, index L, delta_chunk_scratch& s) {
@@ -57,16 +58,16 @@ inline void delta_kda_forward(const delta_params& p, index h, index t0, const de
   float* H = s.tmp + dk;  // Σ g before the sub-block
   std::fill(H, H + dk, 0.0f);
   for (index j = 0; j < L; ++j) {
-    delta_prefetch_ahead(p, h, t0, j, L);
+    delta_prefetch_ahead(p, h, t0, j, L, s.prefetch_end);
     if (j % SB == 0) std::fill(P, P + dk, 0.0f);
-    const float *gj = r.g + j * r.gs, *kj = r.k + j * r.ks, *qj = r.q + j * r.qs;
+    const float *gj = r.g + j * r.gs, *kj = r.k + j * r.ks, *qj = r.q + j * r.qs, nb = -s.beta[j];
     for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
       using B = decltype(tag);
       const B pc = load_as<B>(P + c) + load_as<B>(gj + c);
       simd::store(P + c, pc);
       const B lam = simd::exp_nonpositive(pc), gam = simd::exp_nonpositive(load_as<B>(H + c) + pc);
       const B kc = load_as<B>(kj + c), qc = load_as<B>(qj + c) * B(scale);
-      simd::store(s.lkq + j * dk + c, kc * lam);
+      simd::store(s.lkq + j * dk + c, kc * (lam * B(nb)));
       simd::store(s.lkq + (C + j) * dk + c, qc * lam);
       simd::store(s.rows + j * dk + c, kc / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
       simd::store(s.kqg + j * dk + c, kc * gam);
@@ -140,7 +141,7 @@ inline void delta_kda_right(index n, index L, index j0, index dk, const delta_ch
   }
 }
 
-/// Rows [j0, e) of sub-block [f, e)'s diagonal by direct per-element exps: A_ji (i < j) and B_ji
+/// Rows [j0, e) of sub-block [f, e)'s diagonal by direct per-element exps: −β_j A_ji (i < j) and B_ji
 /// (i ≤ j), the exponent summed from g over (i, j].
 template <class Arch>
 inline void delta_kda_diag(const delta_chunk_rows& r, index f, index j0, index e, index dk, float scale,
@@ -169,7 +170,7 @@ inline void delta_kda_diag(const delta_chunk_rows& r, index f, index j0, index e
         sa += kj[c] * w;
         sb += qj[c] * w;
       }
-      if (j > i) s.a[j * C + i] = sa;
+      if (j > i) s.a[j * C + i] = -s.beta[j] * sa;
       s.b[j * C + i] = scale * sb;
     }
   }
@@ -196,8 +197,6 @@ inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, d
     delta_lower_cols<Arch>(e - f, f, dk, {s.lkq + (C + f) * dk, dk, 1}, s.rt, C, {s.b + f * C, C});
     if (j0 < e) delta_kda_diag<Arch>(r, f, j0, e, dk, p.scale, s);
   }
-  for (index j = 1; j < L; ++j)
-    for (index i = 0; i < j; ++i) s.a[j * C + i] *= -s.beta[j];
 }
 
 }  // namespace detail

@@ -35,13 +35,15 @@ inline void delta_residual(const float* v, index vs, const float* beta, index L,
   }
 }
 
-/// Tokens [t0, t0 + L) (1 ≤ L ≤ C) of value head h as one chunk; scratch holds delta_chunk_floats.
+/// Tokens [t0, t0 + L) (1 ≤ L ≤ C) of value head h as one chunk, prefetching inputs up to token
+/// prefetch_end (≥ t0 + L); scratch holds delta_chunk_floats.
 template <class Arch>
-inline void delta_chunk(const delta_params& p, index h, index t0, index L, float* scratch) {
+inline void delta_chunk(const delta_params& p, index h, index t0, index L, float* scratch, index prefetch_end) {
   constexpr index C = delta_chunk_tokens;
   static const float one = 1.0f;
   const index dk = p.d_k, dv = p.d_v;
   delta_chunk_scratch s = delta_chunk_layout(scratch, dk, dv);
+  s.prefetch_end = prefetch_end;
   if (p.per_channel_decay) delta_chunk_kda<Arch>(p, h, t0, L, s);
   else delta_chunk_gdn<Arch>(p, h, t0, L, s);
   float* S = p.state + h * dk * dv;
@@ -57,7 +59,8 @@ inline void delta_chunk(const delta_params& p, index h, index t0, index L, float
 /// Tokens [t0, t1) of value head h in chunks of C.
 template <class Arch>
 inline void delta_chunked(const delta_params& p, index h, index t0, index t1, float* scratch) {
-  for (index t = t0; t < t1; t += delta_chunk_tokens) delta_chunk<Arch>(p, h, t, std::min(delta_chunk_tokens, t1 - t), scratch);
+  for (index t = t0; t < t1; t += delta_chunk_tokens)
+    delta_chunk<Arch>(p, h, t, std::min(delta_chunk_tokens, t1 - t), scratch, t1);
 }
 
 }  // namespace detail
