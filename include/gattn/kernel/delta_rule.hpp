@@ -20,9 +20,12 @@
 
 namespace gattn {
 
-/// delta_form::automatic runs calls (and a final partial chunk) shorter than this in the recurrent
-/// form and the rest in chunks.
-inline constexpr index delta_chunked_min_tokens = 16;
+/// delta_form::automatic runs calls (and a call's last partial chunk) shorter than this in the
+/// recurrent form and the rest in chunks. Measured with `gattn_bench --benchmark_filter=delta/short`
+/// (32 heads of D = 128, the state in cache, AVX-512, µs of CPU, recurrent/chunked): the recurrent form
+/// is ahead up to 4 tokens (GDN 179/214, KDA 220/259), even at 6 (GDN 312/292, KDA 325/328) and 8
+/// (389/366, 472/482), the chunked one ahead from 16 (893/670, 968/841).
+inline constexpr index delta_chunked_min_tokens = 6;
 
 /// Scratch floats one head task of the kernel needs (see delta_rule_head).
 inline index delta_scratch_floats(index d_k, index d_v) {
