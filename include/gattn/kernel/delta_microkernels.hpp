@@ -96,16 +96,27 @@ inline void delta_micro(delta_lhs a, index n, const float* b, index ldb, delta_d
   }
 }
 
-/// Rows [0, rows) of a column strip of nv vectors of Arch: row blocks of MR (the last one shorter).
+/// Rows of the row block starting at r0 of `rows`: MR, except that a short remainder shares the last
+/// two blocks evenly (32 rows as 6,6,6,6,4,4 rather than 6,6,6,6,6,2: a 2-row block loads as many
+/// vectors per FMA as it does FMAs).
+template <int MR>
+inline int delta_block_rows(index r0, index rows) {
+  const index left = rows - r0;
+  if (left >= 2 * MR || left <= MR) return int(std::min<index>(MR, left));
+  const index rest = left - MR;
+  return rest >= MR - 2 ? MR : int((left + 1) / 2);
+}
+
+/// Rows [0, rows) of a column strip of nv vectors of Arch: row blocks of delta_block_rows.
 /// Lower: row r sums c ≤ r (n is ignored), else c < n.
 template <class Arch, bool Lower>
 inline void delta_strip(int nv, index rows, index n, delta_lhs a, const float* b, index ldb, delta_dst d) {
   constexpr int MR = delta_traits<Arch>::mr;
   constexpr int NVmax = delta_traits<Arch>::nv > 4 ? delta_traits<Arch>::nv : 4;
-  for (index r0 = 0; r0 < rows; r0 += MR) {
-    const int mr = int(std::min<index>(MR, rows - r0));
+  for (index r0 = 0, mr = 0; r0 < rows; r0 += mr) {
+    mr = delta_block_rows<MR>(r0, rows);
     const delta_lhs ar{a.p + r0 * a.rs, a.rs, a.cs};
-    static_switch<MR>(mr, [&](auto R) {
+    static_switch<MR>(int(mr), [&](auto R) {
       static_switch<NVmax>(nv, [&](auto N) {
         delta_micro<Arch, decltype(R)::value, decltype(N)::value, Lower>(ar, Lower ? r0 : n, b, ldb, d.rows_from(r0));
       });
