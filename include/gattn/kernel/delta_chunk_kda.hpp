@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <type_traits>
 
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/delta_chunk_scratch.hpp"
@@ -26,87 +27,104 @@ namespace detail {
 /// Sub-block decays below this (in any channel) take the direct diagonal.
 inline constexpr float delta_anchor_range = -80.0f;
 
-/// Whether x[c] ≥ bound for every c < n (false when one is NaN).
-template <class Arch>
-inline bool delta_all_at_least(const float* x, index n, float bound) {
-  using B = simd::batch<float, Arch>;
-  constexpr index W = index(B::size);
-  B bad(0.0f);
-  index c = 0;
-  for (; c + W <= n; c += W) bad = simd::max(bad, simd::select(simd::load<Arch>(x + c) >= B(bound), B(0.0f), B(1.0f)));
-  bool ok = simd::hmax(bad) == 0.0f;
-  for (; c < n; ++c) ok = ok && x[c] >= bound;
-  return ok;
-}
-
 /// Token-0 rows of one chunk of one head.
 struct delta_chunk_rows {
   const float *q, *k, *g;
   index qs, ks, gs;
 };
 
-/// Forward pass, token by token (one head's rows are far apart: each is read once, whole):
-/// λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq (its k rows times −β_j,
-/// which A carries), kqg, rows = k / λ,
-/// the sub-block totals and exp(G_last).
+/// Whether some lane of x is below `bound` or NaN.
+template <class B>
+inline bool delta_any_below(const B& x, float bound) {
+  if constexpr (std::is_same<B, simd::scalar_batch<float>>::value) return !(x.v >= bound);
+  else return xsimd::any(!(x >= B(bound)));
+}
+
+/// Calls f(c, B{}, std::integral_constant<int, NV>{}) over the channels [0, n) in groups of up to G
+/// vectors of Arch, then the channels past the last whole vector one lane at a time (up to 4 at once).
+template <class Arch, int G, class F>
+inline void delta_channel_groups(index n, F&& f) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
+  index c = 0;
+  for (; c + G * W <= n; c += G * W) f(c, B{}, std::integral_constant<int, G>{});
+  if (const int rest = int((n - c) / W); rest > 0) {
+    static_switch<G>(rest, [&](auto N) { f(c, B{}, N); });
+    c += rest * W;
+  }
+  for (; c < n; c += 4) static_switch<4>(int(std::min<index>(4, n - c)), [&](auto N) { f(c, simd::scalar_batch<float>{}, N); });
+}
+
+/// Forward pass over the channels [c0, c0 + NV lanes of B), token by token with the running sums in
+/// registers: λ_j = exp(Σ of g from the sub-block start to j), Γ_j = exp(G_j); writes lkq (its k rows
+/// times −β_j, which A carries), kqg, rows = k / λ, the sub-block totals, exp(G_last), and clears
+/// anchored[j] when row j's decay from its sub-block start leaves the anchoring's range.
+template <class B, int NV>
+inline void delta_kda_forward_lanes(const delta_params& p, index h, index t0, const delta_chunk_rows& r, index L, index c0,
+                                    delta_chunk_scratch& s) {
+  constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens, W = index(B::size);
+  const index dk = p.d_k;
+  B H[NV], P[NV];
+  for (int v = 0; v < NV; ++v) H[v] = P[v] = B(0.0f);
+  for (index j = 0; j < L; ++j) {
+    if (c0 == 0) delta_prefetch_ahead(p, h, t0, j, L, s.prefetch_end);
+    const float *gj = r.g + j * r.gs + c0, *kj = r.k + j * r.ks + c0, *qj = r.q + j * r.qs + c0;
+    const B nb(-s.beta[j]), sc(p.scale);
+    bool out = false;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const index o = v * W;
+      P[v] = (j % SB == 0 ? B(0.0f) : P[v]) + load_as<B>(gj + o);
+      const B lam = simd::exp_nonpositive(P[v]), gam = simd::exp_nonpositive(H[v] + P[v]);
+      const B kc = load_as<B>(kj + o), qc = load_as<B>(qj + o) * sc;
+      simd::store(s.lkq + j * dk + c0 + o, kc * (lam * nb));
+      simd::store(s.lkq + (C + j) * dk + c0 + o, qc * lam);
+      simd::store(s.rows + j * dk + c0 + o, kc / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
+      simd::store(s.kqg + j * dk + c0 + o, kc * gam);
+      simd::store(s.kqg + (C + j) * dk + c0 + o, qc * gam);
+      out = out || delta_any_below(P[v], delta_anchor_range);
+    }
+    // Depends on rows up to j only: no later token changes row j's path.
+    if (out) s.anchored[j] = false;
+    if (j % SB == SB - 1 || j == L - 1)
+      for (int v = 0; v < NV; ++v) {
+        simd::store(s.dsum + (j / SB) * dk + c0 + v * W, P[v]);
+        H[v] += P[v];
+      }
+  }
+  for (int v = 0; v < NV; ++v) simd::store(s.decay + c0 + v * W, simd::exp_nonpositive(H[v]));
+}
+
+/// The forward pass (delta_kda_forward_lanes) over every channel, groups of 4 vectors at a time:
+/// one head's rows are far apart, each is read in a few whole lines.
 template <class Arch>
 inline void delta_kda_forward(const delta_params& p, index h, index t0, const delta_chunk_rows& r, index L, delta_chunk_scratch& s) {
-  constexpr index C = delta_chunk_tokens, SB = delta_sub_tokens;
-  const index dk = p.d_k;
-  const float scale = p.scale;
-  float* P = s.tmp;       // Σ g from the sub-block start
-  float* H = s.tmp + dk;  // Σ g before the sub-block
-  std::fill(H, H + dk, 0.0f);
-  for (index j = 0; j < L; ++j) {
-    delta_prefetch_ahead(p, h, t0, j, L, s.prefetch_end);
-    if (j % SB == 0) std::fill(P, P + dk, 0.0f);
-    const float *gj = r.g + j * r.gs, *kj = r.k + j * r.ks, *qj = r.q + j * r.qs, nb = -s.beta[j];
-    for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
-      using B = decltype(tag);
-      const B pc = load_as<B>(P + c) + load_as<B>(gj + c);
-      simd::store(P + c, pc);
-      const B lam = simd::exp_nonpositive(pc), gam = simd::exp_nonpositive(load_as<B>(H + c) + pc);
-      const B kc = load_as<B>(kj + c), qc = load_as<B>(qj + c) * B(scale);
-      simd::store(s.lkq + j * dk + c, kc * (lam * B(nb)));
-      simd::store(s.lkq + (C + j) * dk + c, qc * lam);
-      simd::store(s.rows + j * dk + c, kc / simd::max(B(FLT_MIN), lam));  // used only when λ ≥ e⁻⁸⁰
-      simd::store(s.kqg + j * dk + c, kc * gam);
-      simd::store(s.kqg + (C + j) * dk + c, qc * gam);
-    });
-    // Row j's diagonal entries may take the anchored factors while its decay from the sub-block
-    // start stays in range; this depends on rows up to j only, so no later token changes row j's path.
-    s.anchored[j] = delta_all_at_least<Arch>(P, dk, delta_anchor_range);
-    if (j % SB == SB - 1 || j == L - 1) {
-      std::copy_n(P, dk, s.dsum + (j / SB) * dk);
-      for (index c = 0; c < dk; ++c) H[c] += P[c];
-    }
-  }
-  for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
-    using B = decltype(tag);
-    simd::store(s.decay + c, simd::exp_nonpositive(load_as<B>(H + c)));
+  std::fill(s.anchored, s.anchored + L, true);
+  delta_channel_groups<Arch, 4>(p.d_k, [&](index c, auto tag, auto N) {
+    delta_kda_forward_lanes<decltype(tag), decltype(N)::value>(p, h, t0, r, L, c, s);
   });
 }
 
-/// Backward pass, token by token: rows = k_i ⊙ exp(G_end(i) − G_i), ke = k_i ⊙ exp(G_last − G_i).
-template <class Arch>
-inline void delta_kda_backward(const delta_chunk_rows& r, index L, index dk, const delta_chunk_scratch& s) {
-  constexpr index SB = delta_sub_tokens;
-  float* Q = s.tmp;       // Σ g over (i, end of the sub-block]
-  float* T = s.tmp + dk;  // Σ g over the sub-blocks after the current one
-  std::fill(T, T + dk, 0.0f);
+/// Backward pass over the channels [c0, c0 + NV lanes of B), the sums in registers:
+/// rows = k_i ⊙ exp(G_end(i) − G_i), ke = k_i ⊙ exp(G_last − G_i).
+template <class B, int NV>
+inline void delta_kda_backward_lanes(const delta_chunk_rows& r, index L, index dk, index c0, const delta_chunk_scratch& s) {
+  constexpr index SB = delta_sub_tokens, W = index(B::size);
+  B T[NV], Q[NV];  // Σ g over the sub-blocks after the current one; over (i, end of the sub-block]
+  for (int v = 0; v < NV; ++v) T[v] = B(0.0f);
   for (index n = (L + SB - 1) / SB - 1; n >= 0; --n) {
-    std::fill(Q, Q + dk, 0.0f);
+    for (int v = 0; v < NV; ++v) Q[v] = B(0.0f);
     for (index i = std::min(n * SB + SB, L) - 1; i >= n * SB; --i) {
-      const float *gi = r.g + i * r.gs, *ki = r.k + i * r.ks;
-      for_each_lane_block<Arch>(dk, [&](index c, auto tag) {
-        using B = decltype(tag);
-        const B kc = load_as<B>(ki + c), qc = load_as<B>(Q + c);
-        simd::store(s.rows + i * dk + c, kc * simd::exp_nonpositive(qc));
-        simd::store(s.ke + i * dk + c, kc * simd::exp_nonpositive(qc + load_as<B>(T + c)));
-        simd::store(Q + c, qc + load_as<B>(gi + c));
-      });
+      const float *gi = r.g + i * r.gs + c0, *ki = r.k + i * r.ks + c0;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const B kc = load_as<B>(ki + v * W);
+        simd::store(s.rows + i * dk + c0 + v * W, kc * simd::exp_nonpositive(Q[v]));
+        simd::store(s.ke + i * dk + c0 + v * W, kc * simd::exp_nonpositive(Q[v] + T[v]));
+        Q[v] += load_as<B>(gi + v * W);
+      }
     }
-    for (index c = 0; c < dk; ++c) T[c] += s.dsum[n * dk + c];
+    for (int v = 0; v < NV; ++v) T[v] += load_as<B>(s.dsum + n * dk + c0 + v * W);
   }
 }
 
@@ -186,7 +204,9 @@ inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, d
   for (index t = 0; t < L; ++t) s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
   delta_kda_forward<Arch>(p, h, t0, r, L, s);
   delta_transpose<Arch>(s.rows, L, dk, s.kit, C);
-  delta_kda_backward<Arch>(r, L, dk, s);
+  delta_channel_groups<Arch, 4>(dk, [&](index c, auto tag, auto N) {
+    delta_kda_backward_lanes<decltype(tag), decltype(N)::value>(r, L, dk, c, s);
+  });
   delta_transpose<Arch>(s.rows, L, dk, s.krt, C);
   for (index n = 0; n * SB < L; ++n) {
     const index f = n * SB, e = std::min(f + SB, L);
