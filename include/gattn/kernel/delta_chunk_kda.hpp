@@ -6,8 +6,8 @@
 // a plain dot product of k_j ⊙ λ_j with a packed, rescaled k_i. Inside sub-block n the same anchor
 // gives k_i / λ_i (exponent ≥ 0), used only while the decay from the sub-block start stays above −80
 // in every channel (so λ ≥ e⁻⁸⁰ and k/λ is finite); the rows after that take the direct
-// per-element exps for their diagonal entries. Every exponent is a sum of exactly the g's it spans (local prefix and suffix
-// sums, sub-block totals), never a difference of large prefix sums.
+// per-element exps for their diagonal entries. Every exponent is a sum of exactly the g's it spans
+// (local prefix and suffix sums, sub-block totals), never a difference of large prefix sums.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +24,8 @@
 namespace gattn {
 namespace detail {
 
-/// Sub-block decays below this (in any channel) take the direct diagonal.
+/// A row whose decay from its sub-block start is below this in some channel takes the direct diagonal
+/// (its anchored factors could leave the float range; near it they lose about 1e-5 relative).
 inline constexpr float delta_anchor_range = -80.0f;
 
 /// Token-0 rows of one chunk of one head.
