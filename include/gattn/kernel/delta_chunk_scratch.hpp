@@ -77,8 +77,8 @@ inline delta_chunk_scratch delta_chunk_layout(float* scratch, index d_k, index d
 /// How many tokens ahead a chunk's first pass over its inputs prefetches them.
 inline constexpr index delta_prefetch_tokens = 8;
 
-/// Brings value head h's rows of token t (q, k, v, g, β) into L1 shortly before the chunk's first
-/// pass reads them. One head's row is a few hundred bytes every stride floats, which the hardware
+/// Brings value head h's rows of token t (q, k, v, g, β, and o, which the chunk writes) into L1
+/// shortly before the chunk's first pass reads them. One head's row is a few hundred bytes every stride floats, which the hardware
 /// prefetchers do not follow; and rows a power of two apart share a few cache sets, so lines fetched
 /// a whole chunk ahead are evicted before their use.
 inline void delta_prefetch_token(const delta_params& p, index h, index t) {
@@ -90,6 +90,7 @@ inline void delta_prefetch_token(const delta_params& p, index h, index t) {
   lines(p.q + t * p.q_stride + kh * dk, dk);
   lines(p.k + t * p.k_stride + kh * dk, dk);
   lines(p.v + t * p.v_stride + h * dv, dv);
+  lines(p.out + t * p.out_stride + h * dv, dv);
   lines(p.g + t * p.g_stride + (p.per_channel_decay ? h * dk : h), p.per_channel_decay ? dk : 1);
   prefetch_l1(p.beta + t * p.beta_stride + h);
 }
