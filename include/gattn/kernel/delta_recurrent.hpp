@@ -117,10 +117,9 @@ template <class Arch, bool PerChannel>
 inline void delta_rec_columns(const delta_params& p, const delta_rec_block& bl, float* s) {
   constexpr index W = index(simd::width<Arch>);
   constexpr int most = W >= 16 ? 8 : 4;
-  const int nv = most;
   const index whole = p.d_v / W;
-  for (index x = 0; x < whole; x += nv) {
-    static_switch<most>(int(std::min<index>(nv, whole - x)), [&](auto N) {
+  for (index x = 0; x < whole; x += most) {
+    static_switch<most>(int(std::min<index>(most, whole - x)), [&](auto N) {
       delta_rec_strip<Arch, decltype(N)::value, PerChannel>(p, bl, s, x * W);
     });
   }
@@ -133,7 +132,8 @@ inline void delta_rec_columns(const delta_params& p, const delta_rec_block& bl, 
   }
 }
 
-/// α = exp(g) and k·q of `n` tokens from t0 of head h (one α per channel or per token).
+/// α = exp(g) and k·q of `n` tokens from t0 of head h (one α per channel or per token). α below the
+/// normal range is 0 (exp_nonpositive): a denormal α would make every product with it slow.
 template <class Arch>
 inline void delta_rec_prepare(const delta_params& p, index h, index t0, index n, float* alpha, float* kq) {
   using B = simd::batch<float, Arch>;
@@ -147,15 +147,15 @@ inline void delta_rec_prepare(const delta_params& p, index h, index t0, index n,
     index c = 0;
     for (; c + W <= dk; c += W) {
       acc = simd::fma(simd::load<Arch>(k + c), simd::load<Arch>(q + c), acc);
-      if (p.per_channel_decay) simd::store(alpha + t * dk + c, simd::exp(simd::load<Arch>(g + c)));
+      if (p.per_channel_decay) simd::store(alpha + t * dk + c, simd::exp_nonpositive(simd::load<Arch>(g + c)));
     }
     float d = simd::hadd(acc);
     for (; c < dk; ++c) {
       d += k[c] * q[c];
-      if (p.per_channel_decay) alpha[t * dk + c] = std::exp(g[c]);
+      if (p.per_channel_decay) alpha[t * dk + c] = simd::exp_nonpositive(simd::scalar_batch<float>(g[c])).v;
     }
     kq[t] = d;
-    if (!p.per_channel_decay) alpha[t] = std::exp(g[0]);
+    if (!p.per_channel_decay) alpha[t] = simd::exp_nonpositive(simd::scalar_batch<float>(g[0])).v;
   }
 }
 
