@@ -12,7 +12,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/kernel/prefetch.hpp"
+#include "gattn/simd/prefetch.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 

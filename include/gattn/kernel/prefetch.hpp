@@ -1,37 +1,14 @@
-// Software prefetch that the compiler keeps, and the K/V cache stream the kernel walks with it.
+// The K/V cache stream the kernel walks with software prefetch (simd/prefetch.hpp).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "gattn/core/types.hpp"
+#include "gattn/simd/prefetch.hpp"
 
 namespace gattn {
 namespace detail {
-
-/// Prefetches the line holding `p` into L2. Inline asm, because GCC deletes a loop whose body is
-/// only __builtin_prefetch (the builtin counts as free of side effects, and C++ loops without side
-/// effects may be assumed to terminate and removed: -ffinite-loops).
-inline void prefetch_l2(const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__ volatile("prefetcht2 %0" : : "m"(*static_cast<const char*>(p)));
-#elif defined(__aarch64__)
-  __asm__ volatile("prfm pldl2keep, [%0]" : : "r"(p));
-#else
-  __builtin_prefetch(p, 0, 1);
-#endif
-}
-
-/// Prefetches the line holding `p` into L1 (inline asm, as prefetch_l2).
-inline void prefetch_l1(const void* p) {
-#if defined(__x86_64__) || defined(__i386__)
-  __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
-#elif defined(__aarch64__)
-  __asm__ volatile("prfm pldl1keep, [%0]" : : "r"(p));
-#else
-  __builtin_prefetch(p, 0, 3);
-#endif
-}
 
 /// The K or V cache as the kernel reads it: for token t and head h, a slice of d elements (fp32,
 /// or 2-byte bf16/f16: strides count elements, lines count bytes) at p + t·token_stride + h·head_stride. Token-major layouts ([T, H, D], gattn's kv_cache) and

@@ -17,6 +17,7 @@
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefetch.hpp"
+#include "gattn/simd/prefetch.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/vector_ops.hpp"
