@@ -20,7 +20,7 @@
 
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/simd/convert.hpp"
 #include "bench_weights.hpp"
 

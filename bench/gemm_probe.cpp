@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "gattn/attention/weight_rows.hpp"
+#include "gattn/linalg/weight_rows.hpp"
 #include "gattn/core/memory.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"

@@ -25,7 +25,7 @@
 
 #include "bench_shapes.hpp"
 #include "gattn/core/memory.hpp"
-#include "gattn/kernel/prefetch.hpp"
+#include "gattn/kernel/cache_stream.hpp"
 #include "gattn/simd/simd.hpp"
 #include "probe_timing.hpp"
 

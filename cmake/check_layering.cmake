@@ -14,18 +14,20 @@ get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 set(allowed_core "")
 set(allowed_simd "core")
-set(allowed_gate "core;simd")
-set(allowed_kernel "core;simd")
+set(allowed_linalg "core;simd")
+set(allowed_gate "core;simd;linalg")
+set(allowed_kernel "core;simd;gate")
+set(allowed_cache "core;simd;kernel")
 set(allowed_reference "core")
 set(allowed_diagnostics "core;simd;gate")
-set(allowed_attention "core;simd;gate;kernel;diagnostics")
-set(allowed_backend "core;simd;gate;kernel;diagnostics;attention;reference")
+set(allowed_attention "core;simd;linalg;gate;kernel;cache;diagnostics")
+set(allowed_baseline "core;simd;linalg;gate;kernel;cache;diagnostics;attention;reference")
 set(allowed_io "core;simd;gate")
 # Tensor parallelism (SPEC §12) sits above the layers it shards; mpi/ is the optional MPI transport
 # (target gattn::mpi), so nothing but itself may include it.
-set(allowed_parallel "core;simd;gate;kernel;diagnostics;attention")
+set(allowed_parallel "core;simd;linalg;gate;kernel;cache;diagnostics;attention")
 set(allowed_mpi "core;parallel")
-set(order core simd gate kernel reference diagnostics attention backend io parallel mpi)
+set(order core simd linalg gate kernel cache reference diagnostics attention baseline io parallel mpi)
 
 # The list itself must be acyclic: every allowed folder comes earlier in `order`.
 set(seen "")

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/core/cpu.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 #include "gattn/io.hpp"

@@ -1,7 +1,7 @@
 // gattn: gated attention layers for CPU inference. This umbrella header brings the layers and what
 // they are made of (configs, SIMD layer, gates, kernel, caches, diagnostics). It compiles no JSON or
 // safetensors parsing: the loaders are in <gattn/io.hpp>; the float64 oracle and the unfused
-// baseline, which only tests and tools compose, in gattn/reference/ and gattn/backend/.
+// baseline, which only tests and tools compose, in gattn/reference/ and gattn/baseline/.
 #pragma once
 
 #define GATTN_VERSION_MAJOR 0
@@ -15,7 +15,7 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 
-#include "gattn/simd/activation.hpp"
+#include "gattn/gate/activation.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
@@ -27,10 +27,10 @@
 #include "gattn/kernel/kernel.hpp"
 
 #include "gattn/attention/any_layer.hpp"
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/gate_source.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/gate/source.hpp"
 #include "gattn/attention/gqa_layer.hpp"
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/attention/rope.hpp"
 #include "gattn/attention/sdpa_function.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "gattn/attention/kv_cache.hpp"
-#include "gattn/attention/paged_kv_cache.hpp"
+#include "gattn/cache/kv_cache.hpp"
+#include "gattn/cache/paged_kv_cache.hpp"
 #include "gattn/kernel/kernel.hpp"
 #include "gattn/simd/convert.hpp"
 

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gattn/attention/projection.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
@@ -98,7 +98,7 @@ TEST(KernelDecodeLowPrecision, BackendsReadItAndTheBitsMustBeThere) {
   p.k_bits = kb.data();
   p.v_bits = vb.data();
   EXPECT_NO_THROW(gattn::fused_sdpa(p));
-  // The baselines read bf16/f16 views too (widened copies, backend/dense_kv.hpp): same output.
+  // The baselines read bf16/f16 views too (widened copies, baseline/dense_kv.hpp): same output.
   const std::vector<float> fused = out;
   for (auto b : {gattn::sdpa_backend::reference, gattn::sdpa_backend::unfused}) {
     std::fill(out.begin(), out.end(), -1.0f);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/kernel/kernel.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"

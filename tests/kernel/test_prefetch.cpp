@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/kernel/prefetch.hpp"
+#include "gattn/kernel/cache_stream.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_prefetch {

@@ -1,4 +1,4 @@
-// Tests of gattn/simd/activation.hpp: scalar and batch overloads on every arch at the edge values
+// Tests of gattn/gate/activation.hpp: scalar and batch overloads on every arch at the edge values
 // of TESTING.md item 8, and a dense sweep against double math (few ulps).
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "gattn/simd/activation.hpp"
+#include "gattn/gate/activation.hpp"
 #include "support/kernel_sweep.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.

@@ -1,4 +1,4 @@
-// Tests of gattn/simd/gate_rounding.hpp, the bit-exact bf16 gate (SPEC §10): Kimi K3's vectors
+// Tests of gattn/gate/rounding.hpp, the bit-exact bf16 gate (SPEC §10): Kimi K3's vectors
 // (PyTorch bf16 CPU ops) bit for bit on every arch; the fused kernel's epilogue (prefill and
 // split-KV decode), every backend and the GQA and MLA layers apply the same rule to their own SDPA output;
 // configurations other than G1 sigmoid mul are refused.
@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "gattn/attention/epilogue.hpp"
+#include "gattn/kernel/epilogue.hpp"
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/core/validate.hpp"
-#include "gattn/simd/gate_rounding.hpp"
+#include "gattn/gate/rounding.hpp"
 #include "gattn/io/safetensors.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/random_layer.hpp"

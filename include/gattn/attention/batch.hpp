@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "gattn/attention/sdpa_function.hpp"
-#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"

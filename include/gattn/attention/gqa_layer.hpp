@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/gate_source.hpp"
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/gate/source.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
-#include "gattn/attention/projection.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
-#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
 #include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
@@ -34,7 +34,7 @@ class gqa_layer {
   gqa_layer(const gqa_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const gqa_config& config() const { return cfg_; }
-  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/baseline/ has the others).
   void set_sdpa(sdpa_function f) { sdpa_ = f; }
 
   /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for

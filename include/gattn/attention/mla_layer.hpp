@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/gate_source.hpp"
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/gate/source.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
-#include "gattn/attention/projection.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
-#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
 #include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
@@ -32,7 +32,7 @@ class mla_layer {
   mla_layer(const mla_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const mla_config& config() const { return cfg_; }
-  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/baseline/ has the others).
   void set_sdpa(sdpa_function f) { sdpa_ = f; }
   /// Forces the absorbed or the expanded form (default: chosen per call).
   void set_form(mla_form f) { form_ = f; }

@@ -6,7 +6,7 @@
 #include "gattn/gate/shape.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/vector_ops.hpp"
-#include "gattn/simd/gate_rounding.hpp"
+#include "gattn/gate/rounding.hpp"
 
 namespace gattn {
 

@@ -18,7 +18,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
-#include "gattn/kernel/prefetch.hpp"
+#include "gattn/kernel/cache_stream.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gattn/attention/any_layer.hpp"
-#include "gattn/attention/gate_source.hpp"
+#include "gattn/gate/source.hpp"
 #include "gattn/parallel/communicator.hpp"
 #include "gattn/parallel/head_split.hpp"
 #include "gattn/parallel/shard_weights.hpp"

@@ -6,7 +6,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/activation.hpp"
+#include "gattn/gate/activation.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 

@@ -3,8 +3,8 @@
 // a contiguous kv_cache, or one sequence of a paged pool (paged_kv_cache).
 #pragma once
 
-#include "gattn/attention/kv_cache.hpp"
-#include "gattn/attention/paged_kv_cache.hpp"
+#include "gattn/cache/kv_cache.hpp"
+#include "gattn/cache/paged_kv_cache.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 

@@ -11,7 +11,7 @@
 #include <omp.h>
 #endif
 
-#include "gattn/attention/weight_rows.hpp"
+#include "gattn/linalg/weight_rows.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"

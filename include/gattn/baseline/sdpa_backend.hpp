@@ -6,10 +6,10 @@
 #include <cmath>
 #include <vector>
 
-#include "gattn/attention/epilogue.hpp"
+#include "gattn/kernel/epilogue.hpp"
 #include "gattn/attention/sdpa_function.hpp"
-#include "gattn/backend/dense_kv.hpp"
-#include "gattn/backend/unfused_sdpa.hpp"
+#include "gattn/baseline/dense_kv.hpp"
+#include "gattn/baseline/unfused_sdpa.hpp"
 #include "gattn/reference/sdpa.hpp"
 
 namespace gattn {

@@ -1,8 +1,8 @@
 // Where a layer's gate scores come from (SPEC §4 sources), resolved once per call into a strided view.
 #pragma once
 
-#include "gattn/attention/kv_cache.hpp"
-#include "gattn/attention/projection.hpp"
+#include "gattn/cache/kv_cache.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/diagnostics/statistics.hpp"
 #include "gattn/gate/gate.hpp"
 

@@ -11,9 +11,9 @@
 
 #include <Eigen/Core>
 
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/projection.hpp"
-#include "gattn/backend/dense_kv.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/linalg/linear_map.hpp"
+#include "gattn/baseline/dense_kv.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
 namespace gattn {
