@@ -3,10 +3,9 @@
 #pragma once
 
 #include "gattn/core/config.hpp"
+#include "gattn/gate/apply.hpp"
 #include "gattn/gate/shape.hpp"
 #include "gattn/simd/arch.hpp"
-#include "gattn/simd/vector_ops.hpp"
-#include "gattn/gate/rounding.hpp"
 
 namespace gattn {
 

@@ -16,7 +16,8 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
 #include "gattn/simd/convert.hpp"
 
 namespace gattn {
@@ -74,22 +75,6 @@ inline void apply_gate_scalar_bf16(float* z, index n, float u) {
   for (; i + w <= n; i += w)
     simd::store(z + i, simd::round_bf16<Arch>(simd::round_bf16<Arch>(simd::load<Arch>(z + i)) * B(g)));
   for (; i < n; ++i) z[i] = gate_product_bf16(z[i], g);
-}
-
-/// The gate of one head's n channels, as every G1 path applies it: u points at the head's scores
-/// (one score when headwise). With rounding = bf16 the activation and combine are sigmoid and mul
-/// (validate_gate and the kernel's validate refuse anything else).
-template <class Arch = default_arch>
-inline void apply_head_gate(float* z, const float* u, index n, bool headwise, activation a, combine c,
-                            gate_rounding rounding) {
-  if (rounding == gate_rounding::bf16) {
-    if (headwise) apply_gate_scalar_bf16<Arch>(z, n, *u);
-    else apply_gate_bf16<Arch>(z, u, n);
-  } else if (headwise) {
-    apply_gate_scalar<Arch>(z, n, *u, a, c);
-  } else {
-    apply_gate<Arch>(z, u, n, a, c);
-  }
 }
 
 }  // namespace gattn

@@ -2,7 +2,7 @@
 // the reference backend and the unfused baseline.
 #pragma once
 
-#include "gattn/gate/rounding.hpp"
+#include "gattn/gate/apply.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
 #include "gattn/simd/vector_ops.hpp"
 

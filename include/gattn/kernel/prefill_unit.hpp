@@ -11,7 +11,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
-#include "gattn/gate/rounding.hpp"
+#include "gattn/gate/apply.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
