@@ -14,6 +14,7 @@
 #include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
 #include "gattn/cache/sequence_cache.hpp"
+#include "gattn/cache/workspace.hpp"
 #include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
