@@ -190,7 +190,10 @@ class gqa_layer {
     float* P = ws.projections.data();
     qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
     gate_scores u;
-    if (plan_.gated) u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws, stats);
+    if (plan_.gated) {
+      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores);
+      if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
+    }
     pre_sdpa_gates(P, N, u);
     norm_and_rope(P, cu, batch, caches, ws);
     store_keys_and_values(P, cu, batch, caches);

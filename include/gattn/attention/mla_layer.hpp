@@ -100,7 +100,10 @@ class mla_layer {
     latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
     store_latent(ws.latent.data(), cu_seqlens, batch, caches);
     gate_scores u;
-    if (cfg_.gate.enabled) u = resolve_gate_scores(cfg_.gate, gate_, P + col_extra(), n_cols_, N, gate_b_, ws, stats);
+    if (cfg_.gate.enabled) {
+      u = resolve_gate_scores(cfg_.gate, gate_, P + col_extra(), n_cols_, N, gate_b_, ws.gate_scores);
+      if (stats) observe_gate_values(cfg_.gate, gate_, u, N, ws, *stats);
+    }
     attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
     post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
     o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec);

@@ -100,7 +100,7 @@ class tp_layer {
     layer_workspace::fit(ws.projections, x.rows * g5_in_.out());
     g5_in_.apply(x.data, x.rows, x.row_stride, ws.projections.data(), g5_in_.out());
     const gate_scores u =
-        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws, nullptr);
+        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws.gate_scores);
     apply_gate_rows(y.data, y.rows, y.row_stride, 0, g5_shape_, u, g5_.activation, g5_.combine);
   }
 
