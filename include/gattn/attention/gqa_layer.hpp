@@ -306,7 +306,7 @@ class gqa_layer {
   }
 
   // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of every row:
-  // the kernel ran bare; here the same epilogue is applied with the vector ops.
+  // the kernel ran bare; here the kernel's epilogue code is applied to its output.
   void observe_attention(layer_workspace& ws, index count, const sdpa_epilogue& epi, const gate_scores& u,
                          statistics_observer& stats) const {
     index N = 0;

@@ -7,21 +7,20 @@
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
-#include "gattn/kernel/epilogue.hpp"
-#include "gattn/gate/source.hpp"
-#include "gattn/cache/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
-#include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/attention/sdpa_function.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/cache/sequence_cache.hpp"
 #include "gattn/cache/workspace.hpp"
-#include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
 #include "gattn/gate/gate.hpp"
+#include "gattn/gate/source.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {

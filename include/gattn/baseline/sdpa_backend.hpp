@@ -22,7 +22,7 @@ inline const char* to_string(sdpa_backend b) {
 }
 
 /// The oracle as an sdpa_function: gathers the strided views into dense double arrays, runs
-/// reference::sdpa, and applies the epilogue with the same vector ops as the kernel.
+/// reference::sdpa, and applies the kernel's epilogue code (kernel/epilogue.hpp).
 /// Paged or bf16/f16 K/V are widened into dense copies first (exact).
 inline void reference_sdpa(const sdpa_params& p) {
   if (!detail::dense_f32_kv(p)) {

@@ -12,18 +12,19 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/arch.hpp"
+#include "gattn/kernel/cache_stream.hpp"
 #include "gattn/kernel/decode_bf16_dot.hpp"
+#include "gattn/kernel/epilogue.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
-#include "gattn/kernel/cache_stream.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
-#include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/arch.hpp"
 #include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 namespace detail {
@@ -418,14 +419,14 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
   const decode_plan pl = make_decode_plan<Arch>(p, exec.concurrency());
   const index row_block = pl.dv_pad + 2;
   const index R = pl.rows_per_head;
-  auto finish = [&](const float* o, index ldo, const float* m, const float* l, index stride_ml) {
+  // o: the unnormalised rows, writable scratch (finish_row works on them in place).
+  auto finish = [&](float* o, index ldo, const float* m, const float* l, index stride_ml) {
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       const index r = gr / R, mm = gr % R;
       const index i = mm / pl.group, h = r * pl.group + mm % pl.group;
       const softmax_row sr{m[gr * stride_ml], l[gr * stride_ml], visible_keys(p, i) > 0};
       if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
-      // finish_row works in place on a scratch row: o must be writable scratch.
-      finish_row<Arch>(p, const_cast<float*>(o) + gr * ldo, sr.inv_l(), i, h);
+      finish_row<Arch>(p, o + gr * ldo, sr.inv_l(), i, h);
     }
   };
   if (pl.splits == 1) {

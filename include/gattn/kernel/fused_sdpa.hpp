@@ -42,14 +42,15 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/arch.hpp"
-#include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/decode.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 
