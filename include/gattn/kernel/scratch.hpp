@@ -8,10 +8,6 @@
 #include <type_traits>
 #include <utility>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
@@ -157,15 +153,6 @@ inline aligned_buffer& thread_scratch() {
 inline aligned_buffer& thread_partials() {
   static thread_local aligned_buffer buf;
   return buf;
-}
-
-inline int resolve_threads(int requested) {
-#ifdef _OPENMP
-  return requested > 0 ? requested : omp_get_max_threads();
-#else
-  (void)requested;
-  return 1;
-#endif
 }
 
 }  // namespace detail

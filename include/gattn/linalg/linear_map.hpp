@@ -7,15 +7,11 @@
 
 #include <Eigen/Core>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-#include "gattn/linalg/weight_rows.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/weights.hpp"
+#include "gattn/linalg/weight_rows.hpp"
 #include "gattn/simd/arch.hpp"
 
 namespace gattn {
@@ -175,23 +171,6 @@ class linear_map {
     add_bias(t, rows, y, y_stride);
   }
 
-  /// Runs f (an Eigen product) on the calling thread only. Eigen starts its own OpenMP team unless
-  /// it finds itself inside one of more than one thread: a team of one whose thread count is set
-  /// to 1 keeps it here, so a serial context stays serial, a caller's pool gets no OpenMP teams,
-  /// and every context splits the work the same way (the same bits).
-  template <class F>
-  static void on_this_thread(F&& f) {
-#ifdef _OPENMP
-#pragma omp parallel num_threads(1)
-    {
-      omp_set_num_threads(1);  // this region's own setting: the caller's is unchanged
-      f();
-    }
-#else
-    f();
-#endif
-  }
-
   /// One panel of output columns: f32 weights in place, bf16/f16 widened into this thread's scratch
   /// (grown once, so steady calls allocate nothing), then a single-threaded Eigen GEMM.
   void gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
@@ -212,7 +191,7 @@ class linear_map {
     Eigen::Map<const row_matrix, 0, stride> X(x, rows, in_, stride(x_stride));
     Eigen::Map<const row_matrix, 0, stride> W(panel, t.count, in_, stride(std::max<index>(panel_stride, 1)));
     Eigen::Map<row_matrix, 0, stride> Y(y + tile_out(t), rows, t.count, stride(y_stride));
-    on_this_thread([&] { Y.noalias() = X * W.transpose(); });
+    on_this_thread([&] { Y.noalias() = X * W.transpose(); });  // Eigen: no team of its own
     add_bias(t, rows, y, y_stride);
   }
 };
