@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "gattn/linalg/weight_rows.hpp"
 #include "gattn/core/memory.hpp"
+#include "gattn/linalg/gemm.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 #include "fma_chains.hpp"

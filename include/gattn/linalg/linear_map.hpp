@@ -11,6 +11,8 @@
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/weights.hpp"
+#include "gattn/linalg/gemm.hpp"
+#include "gattn/linalg/gemv.hpp"
 #include "gattn/linalg/weight_rows.hpp"
 #include "gattn/simd/arch.hpp"
 
