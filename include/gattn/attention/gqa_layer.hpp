@@ -86,7 +86,8 @@ class gqa_layer {
 
  private:
   /// What every call does, decided once from the config: the projection's column layout and
-  /// where the gate acts.
+  /// where the gate acts. Columns of the fused projection output P [T, n_cols]:
+  ///   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
   struct plan {
     index q_width = 0, kv_width = 0, n_cols = 0;
     index col_k = 0, col_v = 0, col_extra = 0;
@@ -113,23 +114,15 @@ class gqa_layer {
     bool gate_at(gate_position where) const { return gated && site == where; }
   };
 
-  index kv_width() const { return cfg_.kv_heads * cfg_.head_dim; }
-
-  // Column layout of the fused projection output P [T, n_cols]:
-  //   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
-  index col_k() const { return cfg_.q_heads * cfg_.head_dim; }
-  index col_v() const { return col_k() + kv_width(); }
-  index col_extra() const { return col_v() + kv_width(); }
-
   // The layer holds views of `w`'s weights (no copy; biases and norm weights, a few KB, are
   // widened): the memory behind them must outlive the layer unless the views keep it alive, as
   // weight_maps built from fp32 tensors and io::load_weights' views do.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim, G = cfg_.group_size();
     const gate_config& g = cfg_.gate;
-    gate_ = shape_of_gate(cfg_);
+    const gate_shape& gs = plan_.gate;
     const bool fused = g.enabled && g.source == gate_source::fused_q;
-    const index per = gate_.per_head;
+    const index per = gs.per_head;
     const index q_rows = fused ? Hq * (D + per) : Hq * D;
     const weight_view& wq = w.get("q_proj.weight", {q_rows, d});
     const weight_view* bq = w.find("q_proj.bias", {q_rows});
@@ -161,14 +154,12 @@ class gqa_layer {
     if (fused) {
       for (index h = 0; h < Hq; ++h) parts.push_back({wq, u_first(h), per, bq});
     } else if (g.enabled && g.source == gate_source::separate) {
-      parts.push_back({w.get("g_proj.weight", {gate_.scores(), d}), 0, gate_.scores(),
-                       w.find("g_proj.bias", {gate_.scores()})});
+      parts.push_back({w.get("g_proj.weight", {gs.scores(), d}), 0, gs.scores(), w.find("g_proj.bias", {gs.scores()})});
     } else if (g.enabled && g.source == gate_source::low_rank) {
       parts.push_back({w.get("g_a_proj.weight", {g.rank, d}), 0, g.rank, w.find("g_a_proj.bias", {g.rank})});
-      gate_b_ = make_linear(w.get("g_b_proj.weight", {gate_.scores(), g.rank}), w.find("g_b_proj.bias", {gate_.scores()}));
+      gate_b_ = make_linear(w.get("g_b_proj.weight", {gs.scores(), g.rank}), w.find("g_b_proj.bias", {gs.scores()}));
     }
     qkvg_ = linear_map(parts);
-    n_cols_ = qkvg_.out();
     o_ = make_linear(w.get("o_proj.weight", {d, Hq * D}), w.find("o_proj.bias", {d}));
     if (cfg_.qk_norm != norm_kind::none) {
       q_norm_ = w.widened("q_norm.weight", {D});
@@ -361,8 +352,6 @@ class gqa_layer {
 
   gqa_config cfg_;
   rope_rotator rope_;
-  gate_shape gate_;
-  index n_cols_ = 0;
   linear_map qkvg_, gate_b_, o_;
   std::vector<float> q_norm_, k_norm_, o_norm_;
   sdpa_function sdpa_ = &kernel_sdpa;
