@@ -88,8 +88,8 @@ inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const 
   if (c.qk_norm != norm_kind::none) {
     const std::vector<float> qn = w.widened("q_norm.weight", {D});
     const std::vector<float> kn = w.widened("k_norm.weight", {D});
-    for (index t = 0; t < T * Hq; ++t) rms_norm(&q[std::size_t(t * D)], D, qn.data(), c.rms_norm_eps, zc);
-    for (index t = 0; t < T * Hkv; ++t) rms_norm(&k[std::size_t(t * D)], D, kn.data(), c.rms_norm_eps, zc);
+    for (index t = 0; t < T * Hq; ++t) rms_norm(&q[std::size_t(t * D)], qn.data(), D, c.rms_norm_eps, zc);
+    for (index t = 0; t < T * Hkv; ++t) rms_norm(&k[std::size_t(t * D)], kn.data(), D, c.rms_norm_eps, zc);
   }
   for (index t = 0; t < T; ++t) {
     for (index h = 0; h < Hq; ++h) rope(&q[std::size_t((t * Hq + h) * D)], t, c.rope);
@@ -107,7 +107,7 @@ inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const 
   if (c.output_norm != norm_kind::none) {
     const std::vector<float> on = w.widened("o_norm.weight", {D});
     for (index t = 0; t < T * Hq; ++t)
-      rms_norm(&r.gated[std::size_t(t * D)], D, on.data(), c.rms_norm_eps,
+      rms_norm(&r.gated[std::size_t(t * D)], on.data(), D, c.rms_norm_eps,
                c.output_norm == norm_kind::rms_zero_centered);
   }
   if (g.enabled && g.position == gate_position::g1) apply_gate(r.gated.data(), r.gate, T, Hq, D, per, g.combine);

@@ -28,8 +28,9 @@ inline dmatrix linear(const dmatrix& x, index rows, index in, const weight_map& 
   return y;
 }
 
-/// z ← z / sqrt(mean(z²) + ε) · w   (or · (1 + w) when zero-centred), over n values.
-inline void rms_norm(double* z, index n, const float* w, double eps, bool zero_centered) {
+/// z ← z / sqrt(mean(z²) + ε) · w   (or · (1 + w) when zero-centred), over n values (the
+/// arguments in the order of the fast path's rms_norm).
+inline void rms_norm(double* z, const float* w, index n, double eps, bool zero_centered) {
   double ss = 0;
   for (index c = 0; c < n; ++c) ss += z[c] * z[c];
   const double inv = 1.0 / std::sqrt(ss / double(n) + eps);

@@ -23,7 +23,7 @@ inline layer_result mla_forward(const mla_config& c, const weight_map& w, const 
   if (c.q_lora_rank > 0) {
     dmatrix cq = linear(x, T, d, w, "q_a_proj", c.q_lora_rank);
     const std::vector<float> qn = w.widened("q_a_layernorm.weight", {c.q_lora_rank});
-    for (index t = 0; t < T; ++t) rms_norm(&cq[std::size_t(t * c.q_lora_rank)], c.q_lora_rank, qn.data(), c.rms_norm_eps, false);
+    for (index t = 0; t < T; ++t) rms_norm(&cq[std::size_t(t * c.q_lora_rank)], qn.data(), c.q_lora_rank, c.rms_norm_eps, false);
     q = linear(cq, T, c.q_lora_rank, w, "q_b_proj", H * dqk);
   } else {
     q = linear(x, T, d, w, "q_proj", H * dqk);
@@ -34,7 +34,7 @@ inline layer_result mla_forward(const mla_config& c, const weight_map& w, const 
   dmatrix latent(std::size_t(T * dc));
   for (index t = 0; t < T; ++t) {
     std::copy_n(&kva[std::size_t(t * (dc + dr))], dc, &latent[std::size_t(t * dc)]);
-    rms_norm(&latent[std::size_t(t * dc)], dc, kvn.data(), c.rms_norm_eps, false);
+    rms_norm(&latent[std::size_t(t * dc)], kvn.data(), dc, c.rms_norm_eps, false);
   }
   // 3. per head [k_nope | v] from the latent
   dmatrix kv = linear(latent, T, dc, w, "kv_b_proj", H * (dn + dv));
