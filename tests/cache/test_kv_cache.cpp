@@ -18,7 +18,7 @@
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
-namespace test_kv_cache_dtype {
+namespace test_kv_cache {
 
 namespace {
 
@@ -244,4 +244,4 @@ TEST(KvCacheDtype, F16LayersRefuseOutOfRangeCallsWhole) {
 
 }  // namespace
 
-}  // namespace test_kv_cache_dtype
+}  // namespace test_kv_cache

@@ -24,7 +24,7 @@
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
-namespace test_gate_rounding {
+namespace test_rounding {
 
 namespace {
 
@@ -351,4 +351,4 @@ TEST(GateRoundingBf16, MlaLayerAppliesTheRuleToItsSdpaOutput) {
 
 }  // namespace
 
-}  // namespace test_gate_rounding
+}  // namespace test_rounding

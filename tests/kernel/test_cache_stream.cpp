@@ -13,7 +13,7 @@
 #include "gattn/kernel/cache_stream.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
-namespace test_prefetch {
+namespace test_cache_stream {
 
 namespace {
 
@@ -305,4 +305,4 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 
-}  // namespace test_prefetch
+}  // namespace test_cache_stream

@@ -19,7 +19,7 @@
 #include "support/kernel_sweep.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
-namespace test_decode_fast_numerics {
+namespace test_decode_bf16_dot {
 
 namespace {
 
@@ -232,4 +232,4 @@ TEST(KernelDecodePrefetch, OnAndOffGiveTheSameBits) {
 
 }  // namespace
 
-}  // namespace test_decode_fast_numerics
+}  // namespace test_decode_bf16_dot

@@ -8,7 +8,7 @@
 #include "support/kernel_sweep.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
-namespace test_sdpa_epilogue {
+namespace test_epilogue {
 
 namespace {
 
@@ -171,4 +171,4 @@ TEST(KernelEpilogue, SpecialGateInputs) {
 
 }  // namespace
 
-}  // namespace test_sdpa_epilogue
+}  // namespace test_epilogue

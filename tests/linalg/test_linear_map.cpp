@@ -1,9 +1,9 @@
-// linear_map over typed weight views: GEMV (rows <= 2), the small GEMM (rows 3..small_gemm_rows)
-// and the Eigen panels beyond, f32/bf16/f16, several segments, row strides (column-sliced views),
-// odd sizes, every thread context; against a double-precision product of the widened weights. The
-// GEMV and small-GEMM inner loops run on every arch of the binary; the small GEMM gives every row of
-// a batch the bits of that row alone (through the small GEMM: the GEMV of 1-2 rows sums in another
-// order), whatever the block shape, pass split, thread count or mix of dtypes.
+// linear_map and transposed_map over typed weight views: GEMV (rows <= 2), the small GEMM (rows
+// 3..small_gemm_rows) and the Eigen panels beyond, f32/bf16/f16, several segments, row strides
+// (column-sliced views), odd sizes, every thread context; against a double-precision product of
+// the widened weights. Through the map, the small GEMM gives every row of a batch the bits of that
+// row alone (the GEMV of 1-2 rows sums in another order), whatever the thread count or mix of
+// dtypes. The inner loops on every arch: test_gemv.cpp, test_gemm.cpp, test_weight_rows.cpp.
 #include <cmath>
 #include <random>
 #include <type_traits>
@@ -13,59 +13,15 @@
 
 #include "gattn/linalg/linear_map.hpp"
 #include "gattn/simd/convert.hpp"
-#include "support/kernel_sweep.hpp"
+#include "support/linalg.hpp"
 
 namespace gattn {
 // Named, not anonymous: the test target is built as a few unity translation units.
-namespace test_projection {
+namespace test_linear_map {
 
-/// A [rows, cols] weight stored as `type`, possibly with `pad` unused elements after each row.
-struct stored_weight {
-  storage_type type;
-  index rows, cols, pad;
-  std::vector<float> f32;
-  std::vector<std::uint16_t> bits;
-
-  stored_weight(storage_type t, index r, index c, index p, unsigned seed) : type(t), rows(r), cols(c), pad(p) {
-    std::mt19937 gen(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    const std::size_t n = std::size_t(r * (c + p));
-    if (t == storage_type::f32) {
-      f32.resize(n);
-      for (float& v : f32) v = nd(gen);
-    } else {
-      bits.resize(n);
-      for (auto& b : bits) b = t == storage_type::bf16 ? round_to_bf16(nd(gen)) : round_to_f16(nd(gen));
-    }
-  }
-  weight_view view() const {
-    const void* p = type == storage_type::f32 ? static_cast<const void*>(f32.data()) : bits.data();
-    return weight_view(type, p, {rows, cols}, cols + pad);
-  }
-};
-
-std::vector<float> random_vector(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = nd(gen);
-  return v;
-}
-
-/// Σ_k w(k)·x[k] over k < n in double, and Σ|w(k)·x[k]| (the scale of fp32 rounding).
-struct dot_result {
-  double sum = 0, magnitude = 0;
-};
-template <class W>
-dot_result reference_dot(index n, W&& w, const float* x) {
-  dot_result d;
-  for (index k = 0; k < n; ++k) {
-    const double p = double(w(k)) * x[k];
-    d.sum += p;
-    d.magnitude += std::abs(p);
-  }
-  return d;
-}
+using linalg_test::all_types;
+using linalg_test::random_vector;
+using linalg_test::stored_weight;
 
 /// y = x · Wᵀ + b in double over the rows of the segments, and Σ|w·x| per output (the scale of
 /// fp32 rounding).
@@ -106,9 +62,8 @@ void expect_close(const linear_map& m, const std::vector<weight_segment>& segs, 
   }
 }
 
-const storage_type all_types[] = {storage_type::f32, storage_type::bf16, storage_type::f16};
 
-TEST(Projection, GemvAndGemmMatchDoubleForEveryDtypeAndOddSize) {
+TEST(LinearMap, GemvAndGemmMatchDoubleForEveryDtypeAndOddSize) {
   for (storage_type type : all_types)
     for (index in : {index(1), index(3), index(17), index(4096 + 5)})
       for (index out : {index(1), index(5), index(70), index(131)}) {
@@ -123,7 +78,7 @@ TEST(Projection, GemvAndGemmMatchDoubleForEveryDtypeAndOddSize) {
       }
 }
 
-TEST(Projection, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
+TEST(LinearMap, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
   for (storage_type type : all_types) {
     // a wider tensor whose columns [5, 5 + 37) are the map's input: row stride 61 + 4 padding
     const stored_weight big(type, 90, 61, 4, 11);
@@ -140,7 +95,7 @@ TEST(Projection, SegmentsWithBiasesAndRowStridesOfColumnSlices) {
   }
 }
 
-TEST(Projection, SmallGemmEveryRowCountAroundTheBlocksAndTheCrossover) {
+TEST(LinearMap, SmallGemmEveryRowCountAroundTheBlocksAndTheCrossover) {
   for (storage_type type : all_types) {
     const index max_rows = linear_map::small_gemm_rows(type);
     std::vector<index> row_counts;
@@ -157,7 +112,7 @@ TEST(Projection, SmallGemmEveryRowCountAroundTheBlocksAndTheCrossover) {
   }
 }
 
-TEST(Projection, EveryThreadContextGivesTheSameBits) {
+TEST(LinearMap, EveryThreadContextGivesTheSameBits) {
   struct pool {
     static void run(void*, index n, void* body, execution_context::range_fn f) {
       for (index i = n; i > 0; --i) f(body, i - 1, i);  // backwards, one index at a time
@@ -188,7 +143,7 @@ TEST(Projection, EveryThreadContextGivesTheSameBits) {
   }
 }
 
-TEST(Projection, MixedDtypesShareOnePackedXAndGiveEachDtypesBits) {
+TEST(LinearMap, MixedDtypesShareOnePackedXAndGiveEachDtypesBits) {
   // One map over f32, bf16 and f16 slices (the small GEMM packs x once per call, in each order its
   // dtypes need): every output equals, bit for bit, the same slice in a map of its own.
   const index in = 301;
@@ -216,7 +171,7 @@ TEST(Projection, MixedDtypesShareOnePackedXAndGiveEachDtypesBits) {
   }
 }
 
-TEST(Projection, MismatchedSegmentsAreRefused) {
+TEST(LinearMap, MismatchedSegmentsAreRefused) {
   const stored_weight a(storage_type::f32, 4, 8, 0, 1), b(storage_type::bf16, 4, 9, 0, 2);
   EXPECT_THROW(linear_map({{a.view(), 0, -1, nullptr}, {b.view(), 0, -1, nullptr}}), shape_error);
   EXPECT_THROW(linear_map({{a.view(), 2, 3, nullptr}}), shape_error);
@@ -225,121 +180,8 @@ TEST(Projection, MismatchedSegmentsAreRefused) {
   EXPECT_THROW(linear_map(a.view(), &bias), shape_error);
 }
 
-TEST(ProjectionRows, GemvRowsOnEveryArch) {
-  kernel_test::for_each_arch([](auto arch) {
-    using A = decltype(arch);
-    for (storage_type type : all_types)
-      // 100 and 213: the 16-bit row's four-vector steps, then one-vector steps, then a tail
-      for (index in : {index(1), index(7), index(33), index(100), index(213), index(257)}) {
-        const stored_weight w(type, 11, in, 2, unsigned(in));
-        const weight_view v = w.view();
-        const auto x = random_vector(std::size_t(in), 3);
-        std::vector<float> y(11), widened(std::size_t(11 * in));
-        detail::gemv_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, x.data(), in, y.data());
-        detail::widen_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, in, widened.data());
-        for (index r = 0; r < 11; ++r) {
-          for (index k = 0; k < in; ++k) ASSERT_EQ(widened[std::size_t(r * in + k)], v.at(r, k)) << A::name();
-          const dot_result want = reference_dot(in, [&](index k) { return v.at(r, k); }, x.data());
-          ASSERT_NEAR(y[std::size_t(r)], want.sum, 3e-6 * want.magnitude + 1e-30)
-              << A::name() << " " << to_string(type) << " in " << in;
-        }
-      }
-  });
-}
-
-TEST(ProjectionRows, SmallGemmRowsOnEveryArch) {
-  kernel_test::for_each_arch([](auto arch) {
-    using A = decltype(arch);
-    for (storage_type type : all_types)
-      for (index count : {index(11), detail::gemm_out_cols + 5})  // one staged panel of y, and two
-        for (index in : {index(1), index(7), index(33), index(257), index(4096 + 37)})
-          for (index rows : {index(1), index(3), index(4), index(5), index(9)}) {
-            const index x_stride = in + 3, y_stride = count + 2;
-            const stored_weight w(type, count, in, 2, unsigned(in + rows));
-            const weight_view v = w.view();
-            const auto x = random_vector(std::size_t(rows * x_stride), 5);
-            std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
-            detail::gemm_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), count, x.data(), x_stride, rows, in,
-                                 y.data(), y_stride);
-            for (index n = 0; n < rows; ++n) {
-              for (index r = 0; r < count; ++r) {
-                const dot_result want =
-                    reference_dot(in, [&](index k) { return v.at(r, k); }, x.data() + n * x_stride);
-                ASSERT_NEAR(y[std::size_t(n * y_stride + r)], want.sum, 3e-6 * want.magnitude + 1e-30)
-                    << A::name() << " " << to_string(type) << " count " << count << " in " << in << " rows " << rows
-                    << " x row " << n;
-              }
-              for (index r = count; r < y_stride; ++r) ASSERT_EQ(y[std::size_t(n * y_stride + r)], -99.0f) << "wrote past count";
-            }
-          }
-  });
-}
-
-TEST(ProjectionRows, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
-  // Bit for bit: the summation order of a (weight row, x row) pair never depends on the block
-  // shape (6 x 4 on AVX-512, 3 x 3 elsewhere, and every remainder), the number of x rows, the
-  // x-row chunks of gemm_max_x_rows, the passes of gemm_pass values, or y's staged panels.
-  // SSE4.2 has no FMA instruction: xsimd's fma is a·b + c there, which GCC contracts into an FMA
-  // at some call sites and not others when the binary targets an FMA machine (this test binary; a
-  // real SSE4.2 build cannot contract), so its bits may depend on the block shape.
-  kernel_test::for_each_arch([](auto arch) {
-    using A = decltype(arch);
-    if (std::is_same<A, xsimd::sse4_2>::value) return;
-    for (storage_type type : all_types)
-      for (index in : {index(5), index(45), index(2 * detail::gemm_pass + 37)})
-        for (index count : {index(1), index(5), index(7), index(13), 2 * detail::gemm_out_cols + 1})
-          for (index rows : {index(2), index(5), index(7), index(11), index(detail::gemm_max_x_rows + 3)}) {
-            if (in > 1000 && rows > 11 && !std::is_same<A, default_arch>::value) continue;  // keeps it quick
-            const index x_stride = in + 1, y_stride = count + 1, stride = (in + 2) * storage_bytes(type);
-            const stored_weight w(type, count, in, 2, unsigned(in + count + rows));
-            const auto x = random_vector(std::size_t(rows * x_stride), unsigned(rows));
-            std::vector<float> y(std::size_t(rows * y_stride), -99.0f), one(static_cast<std::size_t>(count));
-            detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data(), x_stride, rows, in, y.data(), y_stride);
-            for (index n = 0; n < rows; ++n) {
-              detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data() + n * x_stride, x_stride, 1, in,
-                                   one.data(), count);
-              for (index r = 0; r < count; ++r)
-                ASSERT_EQ(y[std::size_t(n * y_stride + r)], one[std::size_t(r)])
-                    << A::name() << " " << to_string(type) << " in " << in << " count " << count << " rows " << rows
-                    << " x row " << n << " weight row " << r;
-              ASSERT_EQ(y[std::size_t(n * y_stride + count)], -99.0f) << "wrote past count";
-            }
-            // and row by row in the other direction: each weight row alone gives the same bits
-            for (index r = 0; r < count; r += 3) {
-              std::vector<float> col(static_cast<std::size_t>(rows));
-              detail::gemm_rows<A>(type, static_cast<const unsigned char*>(w.view().data()) + r * stride, stride, 1,
-                                   x.data(), x_stride, rows, in, col.data(), 1);
-              for (index n = 0; n < rows; ++n) ASSERT_EQ(col[std::size_t(n)], y[std::size_t(n * y_stride + r)]);
-            }
-          }
-  });
-}
-
-TEST(ProjectionRows, TransposedProductOnEveryArch) {
-  kernel_test::for_each_arch([](auto arch) {
-    using A = decltype(arch);
-    for (storage_type type : all_types)
-      for (index cols : {index(1), index(7), index(33), index(4 * 16 + 5)})
-        for (index rows : {index(1), index(3)}) {
-          const index k_count = 13, x_stride = k_count + 2, y_stride = cols + 3;
-          const stored_weight w(type, k_count, cols, 2, unsigned(cols + rows));
-          const weight_view v = w.view();
-          const auto x = random_vector(std::size_t(rows * x_stride), 6);
-          std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
-          detail::gemm_cols<A>(type, v.data(), v.row_stride() * storage_bytes(type), k_count, cols, x.data(), x_stride,
-                               rows, y.data(), y_stride);
-          for (index n = 0; n < rows; ++n) {
-            for (index c = 0; c < cols; ++c) {
-              const dot_result want =
-                  reference_dot(k_count, [&](index k) { return v.at(k, c); }, x.data() + n * x_stride);
-              ASSERT_NEAR(y[std::size_t(n * y_stride + c)], want.sum, 3e-6 * want.magnitude + 1e-30)
-                  << A::name() << " " << to_string(type) << " cols " << cols << " x row " << n;
-            }
-            for (index c = cols; c < y_stride; ++c) ASSERT_EQ(y[std::size_t(n * y_stride + c)], -99.0f) << "wrote past cols";
-          }
-        }
-  });
-  // through the map, on a column slice of a wider tensor
+TEST(LinearMap, TransposedMapOnAColumnSlice) {
+  // a transposed_map over a column slice of a wider tensor
   const stored_weight big(storage_type::bf16, 9, 40, 0, 3);
   const transposed_map m(big.view().col_range(6, 21));
   EXPECT_EQ(m.in(), 9);
@@ -355,5 +197,6 @@ TEST(ProjectionRows, TransposedProductOnEveryArch) {
     }
 }
 
-}  // namespace test_projection
+
+}  // namespace test_linear_map
 }  // namespace gattn
