@@ -23,7 +23,7 @@ set(allowed_diagnostics "core;simd;gate")
 set(allowed_attention "core;simd;linalg;gate;kernel;cache;diagnostics")
 set(allowed_baseline "core;simd;linalg;gate;kernel;cache;diagnostics;attention;reference")
 set(allowed_io "core;simd;gate")
-# Tensor parallelism (SPEC §12) sits above the layers it shards; mpi/ is the optional MPI transport
+# Tensor parallelism (docs/spec.md §12) sits above the layers it shards; mpi/ is the optional MPI transport
 # (target gattn::mpi), so nothing but itself may include it.
 set(allowed_parallel "core;simd;linalg;gate;kernel;cache;diagnostics;attention")
 set(allowed_mpi "core;parallel")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the BENCH.md ratios.
+"""Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the docs/performance.md ratios.
 
 Usage: scripts/bench_report.py RESULTS.json > table.md
        scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the issues' targets, a column per run)
@@ -114,7 +114,7 @@ def main():
               lambda t: m1_flop / (get(f"kernel/M1/g1_elementwise/t:{t}", "ms") * 1e6) / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     ratio_row("M1 best possible GB/s at limits/fma / limits/read",
               lambda t: get(f"limits/fma/t:{t}", "GFLOPS") * 1e9 / m1_flop * 8192 * 576 * 4 / 1e9 / get(f"limits/read/t:{t}", "GBps"), "")
-    # SPEC §10 low-precision caches (exact numerics): time against the fp32 cache of the same shape.
+    # docs/spec.md §10 low-precision caches (exact numerics): time against the fp32 cache of the same shape.
     def lp_time(shape, dtype, t):
         return get(f"kernel/{shape}/g1_elementwise_{dtype}/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms")
     ratio_row("D1 bf16 / D1 fp32 time", lambda t: lp_time("D1", "bf16", t), "≤ 0.55")

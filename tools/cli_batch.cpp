@@ -27,7 +27,7 @@ std::vector<index> parse_batch_lengths(const std::string& text) {
 
 namespace {
 
-// One paged pool (SPEC §11) with exactly the blocks the sequences need, one sequence each.
+// One paged pool (docs/spec.md §11) with exactly the blocks the sequences need, one sequence each.
 struct batch_caches {
   paged_kv_cache pool;
   std::vector<paged_kv_cache::sequence_id> ids;

@@ -1,5 +1,5 @@
 // `gattn run --batch-lengths L1,L2,...`: B prefixes of the input's x run together as one batch
-// (SPEC §11), to show and check that a batched step gives each sequence what it gets alone.
+// (docs/spec.md §11), to show and check that a batched step gives each sequence what it gets alone.
 #pragma once
 
 #include <string>
@@ -15,7 +15,7 @@ namespace gattn::cli {
 std::vector<index> parse_batch_lengths(const std::string& text);
 
 /// Runs sequences s = 0..B-1 with inputs x[:L_s] (x is [T, d], every L_s <= T) through one paged
-/// pool of `block_size`-token blocks (SPEC §11), one sequence each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
+/// pool of `block_size`-token blocks (docs/spec.md §11), one sequence each: all prefill their first ceil(L_s/2) tokens in one batched call, then advance together by
 /// batched decode steps of one token per sequence, each leaving the batch when done. Returns y_s
 /// [L_s, d] per sequence.
 std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vector<float>& x, index d,

@@ -1,4 +1,4 @@
-// bf16/f16 KV caches end to end (SPEC §10): the cache rounds what it is given (nearest even, NaN
+// bf16/f16 KV caches end to end (docs/spec.md §10): the cache rounds what it is given (nearest even, NaN
 // stays NaN), an f16 cache refuses out-of-range values naming where they are and appends nothing
 // of that call, and whole layers reproduce the vectors made with a rounding cache
 // (kv_cache_dtype) to 5e-4·max|y_ref| (bf16) and 1e-4·max|y_ref| (f16), in prefill, chunked

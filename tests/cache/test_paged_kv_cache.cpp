@@ -1,4 +1,4 @@
-// paged_kv_cache (SPEC §11): append/size/bind round trips for f32/bf16/f16, GQA and MLA; fork
+// paged_kv_cache (docs/spec.md §11): append/size/bind round trips for f32/bf16/f16, GQA and MLA; fork
 // shares blocks and copy-on-write isolates parent and child; release returns blocks; exhaustion
 // and f16 range errors change nothing; bad ids; bind gives the kernel the contiguous cache's answer.
 #include <gtest/gtest.h>

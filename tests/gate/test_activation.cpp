@@ -1,5 +1,5 @@
 // Tests of gattn/gate/activation.hpp: scalar and batch overloads on every arch at the edge values
-// of TESTING.md item 8, and a dense sweep against double math (few ulps).
+// of docs/testing.md (cases real kernels got wrong, item 8), and a dense sweep against double math (few ulps).
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// Tests of gattn/gate/rounding.hpp, the bit-exact bf16 gate (SPEC §10): Kimi K3's vectors
+// Tests of gattn/gate/rounding.hpp, the bit-exact bf16 gate (docs/spec.md §10): Kimi K3's vectors
 // (PyTorch bf16 CPU ops) bit for bit on every arch; the fused kernel's epilogue (prefill and
 // split-KV decode), every backend and the GQA and MLA layers apply the same rule to their own SDPA output;
 // configurations other than G1 sigmoid mul are refused.
@@ -56,7 +56,7 @@ const k3_vectors& k3() {
   return v;
 }
 
-/// The rule on one element, written out from SPEC §10 with the scalar conversions.
+/// The rule on one element, written out from docs/spec.md §10 with the scalar conversions.
 float rule(float o, float u) {
   const float s = gattn::bf16_to_float(gattn::round_to_bf16(gattn::pytorch_sigmoid_fp32(gattn::bf16_to_float(gattn::round_to_bf16(u)))));
   return gattn::bf16_to_float(gattn::round_to_bf16(gattn::bf16_to_float(gattn::round_to_bf16(o)) * s));

@@ -1,4 +1,4 @@
-// SPEC §10 `fast` numerics on a bf16 cache (decode path): within 1e-2·max|y_ref| of the float64
+// docs/spec.md §10 `fast` numerics on a bf16 cache (decode path): within 1e-2·max|y_ref| of the float64
 // oracle on every arch (archs without bf16 dot products run exact), and on AVX512-BF16 it really
 // rounds scale·q and the probabilities to bf16: it matches a float64 emulation of that arithmetic
 // far better than the exact path does.

@@ -1,4 +1,4 @@
-// The decode path on K/V stored as bf16/f16 (SPEC §10, exact numerics): against the oracle fed the
+// The decode path on K/V stored as bf16/f16 (docs/spec.md §10, exact numerics): against the oracle fed the
 // same stored values widened (1e-4·max|y_ref|), and against the fp32 kernel on those widened values
 // (widening is exact and the math is the same fp32 math: 1e-6·max|y_ref|, bit for bit without a
 // d % W tail), on every arch.

@@ -1,5 +1,5 @@
 // Tests of gattn/kernel/fused_sdpa.hpp: every arch the build targets against the double oracle
-// over the TESTING.md sweep (one oracle per problem, reused by every arch), plus the exact and
+// over the docs/testing.md sweep (one oracle per problem, reused by every arch), plus the exact and
 // robustness cases (no-key rows, huge/very negative logits, determinism, concurrency, errors).
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ namespace {
 using gattn::index;
 using kernel_test::problem;
 
-/// Runs `pr` on every arch and checks the TESTING.md rule:
+/// Runs `pr` on every arch and checks the tolerance rule of docs/testing.md:
 ///   max|fast - oracle| <= 2·e_base + 2·ulp32(max|oracle|)  and  |fast - oracle| <= 1e-5 + 1e-5·|oracle|.
 void check_all_archs(problem& pr, const std::vector<double>& ref, double e_base, const std::vector<int>& thread_counts,
                      const std::string& what) {

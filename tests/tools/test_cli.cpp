@@ -279,12 +279,12 @@ TEST(Cli, OutputPathsAreCheckedBeforeComputing) {
 
 TEST(Cli, KvOptionsAreAccepted) {
   if (!cli_test::cli_built()) GTEST_SKIP();
-  // --kv-numerics is parsed but no layer takes fast numerics yet; the tolerance is SPEC §10's for fast.
+  // --kv-numerics is parsed but no layer takes fast numerics yet; the tolerance is docs/spec.md §10's for fast.
   const auto r = run_plain("--check --tol 1e-2 --quiet --kv-dtype bf16 --kv-numerics fast --decode-from 4");
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
-// The low-precision cache vectors pass at SPEC §10's layer tolerances only when the cache really
+// The low-precision cache vectors pass at docs/spec.md §10's layer tolerances only when the cache really
 // stores their dtype: overriding it to f32 misses (bf16 by ~2e-3, f16 by ~2e-4 of max|y_ref|).
 TEST(Cli, KvCacheVectorsNeedTheirCacheDtype) {
   if (!cli_test::cli_built()) GTEST_SKIP();

@@ -53,7 +53,7 @@ class any_layer {
               const execution_context& exec = {}) const {
     std::visit([&](const auto& l) { l.decode(x, c, y, s, exec); }, impl_);
   }
-  /// A batch of sequences (SPEC §11; see gqa_layer::step).
+  /// A batch of sequences (docs/spec.md §11; see gqa_layer::step).
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
             matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
             statistics_observer* s = nullptr) const {
@@ -86,7 +86,7 @@ class gated_gqa : public gqa_layer {
 /// An MLA layer whose gate is fixed by the type `Gate` (a G1 gate or no_gate).
 template <class Gate = no_gate>
 class gated_mla : public mla_layer {
-  static_assert(fits_mla<Gate>::value, "an MLA layer has the G1 gate only, from g_proj or a low-rank source (SPEC §3)");
+  static_assert(fits_mla<Gate>::value, "an MLA layer has the G1 gate only, from g_proj or a low-rank source (docs/spec.md §3)");
 
  public:
   using gate_type = Gate;

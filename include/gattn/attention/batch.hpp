@@ -1,4 +1,4 @@
-// What the layers share to run a batch of sequences (SPEC §11): the checks of a batched call, the
+// What the layers share to run a batch of sequences (docs/spec.md §11): the checks of a batched call, the
 // positions of its rows, the f16 range check of new cache rows, and running one SDPA problem per
 // sequence on the caller's threads.
 #pragma once

@@ -1,4 +1,4 @@
-// The gated GQA layer (SPEC §2, §4, §5): one fused projection GEMM, gates, QK-norm, RoPE, KV cache,
+// The gated GQA layer (docs/spec.md §2, §4, §5): one fused projection GEMM, gates, QK-norm, RoPE, KV cache,
 // the fused SDPA-then-gate kernel, o_proj. MHA (H_kv = H_q) and MQA (H_kv = 1) are special cases.
 #pragma once
 
@@ -65,7 +65,7 @@ class gqa_layer {
     prefill(x, cache, y, stats, exec);
   }
 
-  /// A batch of B sequences (SPEC §11): sequence s's new rows are x[cu_seqlens[s], cu_seqlens[s+1])
+  /// A batch of B sequences (docs/spec.md §11): sequence s's new rows are x[cu_seqlens[s], cu_seqlens[s+1])
   /// (prefill chunks and single decode tokens mixed), appended to caches[s] at its own positions;
   /// its outputs go to the same rows of y. One projection GEMM serves all N = cu_seqlens[B] rows;
   /// each sequence attends only to its own cache. Every check (shapes, cu_seqlens, each cache's
@@ -242,7 +242,7 @@ class gqa_layer {
     }
   }
 
-  // The new K/V rows into each sequence's cache, rounded to its element type (SPEC §10); every
+  // The new K/V rows into each sequence's cache, rounded to its element type (docs/spec.md §10); every
   // sequence's rows are range-checked before any is appended. Without a cache the rows are rounded
   // in place to what a cache would hold, so that forward() and prefill() agree.
   void store_keys_and_values(float* P, const index* cu, index batch, sequence_cache* caches) const {

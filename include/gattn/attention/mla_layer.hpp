@@ -1,4 +1,4 @@
-// The gated MLA layer (SPEC §3): DeepSeek-style latent KV with a cache of d_c + d_rope values per
+// The gated MLA layer (docs/spec.md §3): DeepSeek-style latent KV with a cache of d_c + d_rope values per
 // token, the weight-absorbed path for decode, the expanded path for long prefill, and the G1 gate.
 #pragma once
 
@@ -79,7 +79,7 @@ class mla_layer {
     prefill(x, cache, y, stats, exec);
   }
 
-  /// A batch of B sequences (SPEC §11), as gqa_layer::step: rows x[cu_seqlens[s], cu_seqlens[s+1])
+  /// A batch of B sequences (docs/spec.md §11), as gqa_layer::step: rows x[cu_seqlens[s], cu_seqlens[s+1])
   /// continue caches[s] (a latent cache each); one projection GEMM over all rows; the form
   /// (absorbed or expanded) is chosen per sequence. Nothing is appended unless every check passes.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
@@ -259,7 +259,7 @@ class mla_layer {
   }
 
   // Every sequence's rows are range-checked (f16 caches) before any is appended; each cache rounds
-  // its rows to its element type (SPEC §10).
+  // its rows to its element type (docs/spec.md §10).
   void store_latent(const float* latent, const index* cu, index batch, sequence_cache* caches) const {
     const index L = latent_width();
     for (index s = 0; s < batch; ++s)

@@ -1,5 +1,5 @@
 // The unfused baseline: SDPA as usually written over Eigen (S = Q·Kᵀ materialised per head, a row
-// loop for softmax and mask, O = P·V), then the same epilogue. Tuned as BENCH.md describes
+// loop for softmax and mask, O = P·V), then the same epilogue. Tuned as docs/performance.md describes
 // (noalias products, scale folded into exp, row-loop mask) so the benchmarks compare against a
 // fair opponent; also a third, independent path the tests can compare the kernel with.
 #pragma once
@@ -52,7 +52,7 @@ inline void unfused_sdpa(const sdpa_params& p) {
         l += s[j];
       }
       // Only a row without keys is exactly 0; l = 0 or NaN with keys (overflowed scores) is not
-      // finite, never a finite wrong row (SPEC §2.6).
+      // finite, never a finite wrong row (docs/spec.md §2.6).
       const float inv = visible > 0 ? 1.0f / l : 0.0f;
       for (index j = 0; j < visible; ++j) s[j] *= inv;
       if (p.lse) p.lse[h * p.t_q + i] = visible ? p.scale * m + std::log(l) : neg_inf;

@@ -1,4 +1,4 @@
-// KV cache for one sequence of one layer (SPEC §5); it owns the scratch (cache/workspace.hpp) its
+// KV cache for one sequence of one layer (docs/spec.md §5); it owns the scratch (cache/workspace.hpp) its
 // single-sequence calls reuse.
 #pragma once
 
@@ -43,7 +43,7 @@ inline void round_rows_in_place(storage_type type, float* x, index stride, index
 /// Rows of keys and values, appended in order; `size()` tokens are valid. GQA stores K (after
 /// norm and RoPE) and V (after any G2 gate) as [capacity, H_kv·D] each; MLA stores the latent
 /// [capacity, d_c + d_rope] as its key rows and no value rows (value_width 0).
-/// Element type (SPEC §10): f32 rows are floats (key()/value()); bf16/f16 rows are the bits of
+/// Element type (docs/spec.md §10): f32 rows are floats (key()/value()); bf16/f16 rows are the bits of
 /// the rounded values (key_bits()/value_bits()), written only by append().
 class kv_cache {
  public:

@@ -1,4 +1,4 @@
-// Paged KV cache (SPEC §11): K/V rows of many sequences in one pool of fixed-size blocks, a block
+// Paged KV cache (docs/spec.md §11): K/V rows of many sequences in one pool of fixed-size blocks, a block
 // table per sequence, fork with reference-counted sharing and copy-on-write of a shared partly
 // filled last block.
 //

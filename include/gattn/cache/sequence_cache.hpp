@@ -1,4 +1,4 @@
-// The cache of one sequence in a batched layer call (SPEC §11): a handle, so that a layer reaches
+// The cache of one sequence in a batched layer call (docs/spec.md §11): a handle, so that a layer reaches
 // every kind of cache through the same five operations (size, check_room, append, bind, widen_key):
 // a contiguous kv_cache, or one sequence of a paged pool (paged_kv_cache).
 #pragma once

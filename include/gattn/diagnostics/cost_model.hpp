@@ -1,4 +1,4 @@
-// Parameter, FLOP and memory counts of one gated attention layer (SPEC §7), for `gattn cost`.
+// Parameter, FLOP and memory counts of one gated attention layer (docs/spec.md §7), for `gattn cost`.
 #pragma once
 
 #include <cmath>
@@ -18,7 +18,7 @@
 
 namespace gattn {
 
-/// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (SPEC §10).
+/// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (docs/spec.md §10).
 inline constexpr std::int64_t bytes_per_value(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
 
 namespace detail {
@@ -53,7 +53,7 @@ struct layer_cost {
   std::vector<projection_cost> norms;        ///< norm weights (q_norm, k_norm, o_norm, latent norms)
   std::int64_t attention_params = 0;         ///< projection parameters that are not the gate's
   std::int64_t norm_params = 0;
-  std::int64_t gate_params = 0;              ///< SPEC §7 "extra gate parameters" for one layer
+  std::int64_t gate_params = 0;              ///< docs/spec.md §7 "extra gate parameters" for one layer
   std::int64_t total_params = 0;             ///< attention + norm + gate
   /// FLOPs one query spends per visible key: GQA 4·D·H_q (q·k and p·v, 2 FLOPs per multiply-add);
   /// MLA per `form`: expanded H·2·(d_nope + d_rope + d_v), absorbed H·2·(2·d_c + d_rope).
@@ -84,7 +84,7 @@ struct layer_cost {
   }
 
   /// Bytes of every weight of the layer (projections, gate and norms) stored as `t`: a checkpoint
-  /// of that type, which the layer reads as stored (SPEC §10), so also the bytes one decode step reads.
+  /// of that type, which the layer reads as stored (docs/spec.md §10), so also the bytes one decode step reads.
   std::int64_t weight_bytes(storage_type t) const {
     return detail::cost_mul(total_params, bytes_per_value(t), "weight bytes");
   }
@@ -112,7 +112,7 @@ inline projection_cost make_projection(std::string name, index rows, index cols,
 
 inline projection_cost make_norm(std::string name, index size) { return make_projection(std::move(name), size, 1); }
 
-/// Scores per token: heads·per_head. A head-shared gate keeps them all in g_proj (SPEC §4), so this
+/// Scores per token: heads·per_head. A head-shared gate keeps them all in g_proj (docs/spec.md §4), so this
 /// is also the row count of g_proj / g_b_proj. Checked: the config may be absurd (`gattn cost`).
 inline std::int64_t gate_score_count(const gate_shape& s) { return cost_mul(s.heads, s.per_head, "gate width"); }
 
@@ -193,9 +193,9 @@ inline std::string bytes_text(double bytes) {
 
 }  // namespace detail
 
-/// Parameter, FLOP and memory counts of one GQA layer (SPEC §2, §4, §7), without biases.
+/// Parameter, FLOP and memory counts of one GQA layer (docs/spec.md §2, §4, §7), without biases.
 /// Throws config_error naming the field when the shape is invalid (H_q % H_kv != 0, a size <= 0,
-/// a gate rule of SPEC §4 broken) or a count overflows int64. RoPE fields are not looked at.
+/// a gate rule of docs/spec.md §4 broken) or a count overflows int64. RoPE fields are not looked at.
 inline layer_cost cost(const gqa_config& c) {
   using detail::require;
   require<config_error>(c.hidden > 0, "hidden_size=", c.hidden, " must be > 0");
@@ -238,7 +238,7 @@ inline layer_cost cost(const gqa_config& c) {
   return out;
 }
 
-/// Parameter, FLOP and memory counts of one MLA layer (SPEC §3), without biases. The KV cache is
+/// Parameter, FLOP and memory counts of one MLA layer (docs/spec.md §3), without biases. The KV cache is
 /// the absorbed latent one (d_c + d_rope per token) in either form; `form` only selects which
 /// attention FLOPs per key are counted (absorbed is what decode runs). Throws config_error naming
 /// the field when the shape is invalid or the gate is not a G1 g_proj / low_rank gate.
@@ -294,7 +294,7 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
 }
 
 /// The human-readable table printed by `gattn cost`: per-projection parameters; per-layer and
-/// ×`layers` totals (the gate line is SPEC §7's "extra gate parameters"); FLOPs per token at
+/// ×`layers` totals (the gate line is docs/spec.md §7's "extra gate parameters"); FLOPs per token at
 /// `context` keys; weight bytes with weights stored as `weights`; KV-cache bytes per token at
 /// c.kv_cache_type (then fp32 and bf16 for comparison); gate-activation values and bytes for one
 /// sequence of `tokens` tokens (fp32 and bf16), per layer and × layers. Numbers carry thousands

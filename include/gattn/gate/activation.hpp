@@ -1,4 +1,4 @@
-// Gate activations (SPEC §4) as Eigen-style functors: a scalar `operator()(float)` and a batch
+// Gate activations (docs/spec.md §4) as Eigen-style functors: a scalar `operator()(float)` and a batch
 // overload over gattn::simd, numerically safe at ±88, ±89, ±1e30, ±inf, NaN and -0.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The bit-exact bf16 G1 gate of Kimi K3 serving (SPEC §10, gate_rounding = bf16):
+// The bit-exact bf16 G1 gate of Kimi K3 serving (docs/spec.md §10, gate_rounding = bf16):
 //   gated = bf16(bf16(o) · bf16(σ(bf16(u)))), each product and σ evaluated in fp32, then rounded:
 // the two roundings of an unfused PyTorch bf16 `o * torch.sigmoid(u)` on a CPU.
 //

@@ -1,4 +1,4 @@
-// Where a layer's gate scores come from (SPEC §4 sources), resolved once per call into a strided view.
+// Where a layer's gate scores come from (docs/spec.md §4 sources), resolved once per call into a strided view.
 #pragma once
 
 #include <vector>

@@ -1,4 +1,4 @@
-// The gattn config JSON of SPEC §9 -> gqa_config / mla_config.
+// The gattn config JSON of docs/spec.md §9 -> gqa_config / mla_config.
 #pragma once
 
 #include <initializer_list>
@@ -46,7 +46,7 @@ Enum get_enum(const json& obj, const char* key, const std::string& where, std::i
   throw config_error(gattn::detail::concat(where, ": '", key, "'=\"", s, "\" must be ", enum_names(values)));
 }
 
-/// SPEC §9's keys: common to both families, then each family's own.
+/// docs/spec.md §9's keys: common to both families, then each family's own.
 inline const std::vector<const char*> gqa_only_keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
                                                        "partial_rotary_factor"};
 inline const std::vector<const char*> mla_only_keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -260,7 +260,7 @@ inline mla_config parse_mla_config(const nlohmann::json& j, const std::string& w
 
 }  // namespace detail
 
-/// Reads a gattn config (SPEC §9). Unknown keys (also in `gate` and `rope_scaling`), keys of the other
+/// Reads a gattn config (docs/spec.md §9). Unknown keys (also in `gate` and `rope_scaling`), keys of the other
 /// attention family, wrong types and unsupported values are refused with a config_error naming the key.
 inline layer_config parse_gattn_config(const nlohmann::json& j) {
   const std::string w = "config";

@@ -141,9 +141,9 @@ struct cache_stream {
 
   /// Prefetches (into L2) head h's slices of the n tokens from t + ahead (for_each_slice_line).
   /// The decode path takes this per microkernel call. Prefetching the same bytes as address-ordered
-  /// shares of the token group instead (prefetch_share) left D1 slower on the BENCH.md machine, in
-  /// bf16 and fp32: by 21-24% in an in-process A/B, by about 10% between benchmark binaries. The
-  /// lines then arrive in an order the calls do not read them in.
+  /// shares of the token group instead (prefetch_share) left D1 slower on the benchmark machine of
+  /// docs/performance.md, in bf16 and fp32: by 21-24% in an in-process A/B, by about 10% between
+  /// benchmark binaries. The lines then arrive in an order the calls do not read them in.
   void prefetch_slices(index t, index n, index h) const {
     for_each_slice_line(t, n, h, [](const char* line) { prefetch_l2(line); });
   }
@@ -152,7 +152,7 @@ struct cache_stream {
   /// start of a range, which no earlier call of that range prefetched. Each call prefetches the
   /// slices it will read `ahead` tokens later, so without this the range's first `ahead` tokens
   /// (64 of D1's bf16 keys) are read in the kernel's order with no prefetch, which the hardware
-  /// prefetchers lose (2-3x slower per byte). Measured on the BENCH.md machine, in-process A/B:
+  /// prefetchers lose (2-3x slower per byte). Measured on the benchmark machine of docs/performance.md, in-process A/B:
   /// D1 t:2 (8 ranges) 0.7-2.4% faster, D1 t:1 1.4%, BD32 bf16 t:1 1.0-1.6% (32 sequences, one
   /// range each); M1 within noise.
   void prefetch_range_start(index t) const {
@@ -167,7 +167,7 @@ struct cache_stream {
   /// Prefetches (into L2) share `part` of `parts` of the slices of the n tokens from t + ahead.
   /// Callers that split one token group's work into `parts` calls prefetch an equal,
   /// address-ordered share per call, as they consume the slices `ahead` tokens earlier (a burst
-  /// of the whole group would overflow the miss queue). On the BENCH.md machine the hardware
+  /// of the whole group would overflow the miss queue). On the benchmark machine of docs/performance.md the hardware
   /// prefetchers lose a stream as soon as the reads interleave slices of different 4 KiB pages,
   /// and a cold D1 then ran at half the read rate.
   void prefetch_share(index t, index n, index part, index parts) const {

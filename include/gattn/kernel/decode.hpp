@@ -39,7 +39,7 @@ namespace detail {
 // token group by token group across all KV heads, with O in L1/L2 scratch. Keys are split across
 // threads (flash-decoding, 4 splits per thread, dynamic schedule); the partial (O, m, l) of the
 // splits are merged in split order (deterministic for a fixed thread count).
-// Memory (measured on the BENCH.md machine): the hardware prefetchers keep the full read rate
+// Memory (measured on the benchmark machine of docs/performance.md): the hardware prefetchers keep the full read rate
 // only while the demand loads ascend line by line. A cold 64 MiB read with 4 FMAs per line ran at
 // 26 GB/s in address order, 16 GB/s reading 4 pages 512 B at a time (the order of a [T, H, D]
 // cache here: each microkernel call reads one head's slice of several tokens), 10 GB/s reading
@@ -66,7 +66,7 @@ struct decode_plan {
   index qk_keys = 4;     // keys per QK microkernel call
   index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
-  bool bf16_dot = false;  // SPEC §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
+  bool bf16_dot = false;  // docs/spec.md §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
   bool prefetch = true;   // software prefetch through K/V (core/cpu.hpp: not on Intel)
   std::size_t scratch_floats = 0;
   std::size_t scratch_bits = 0;  // bf16 scratch (bf16_dot): scale·q and the block's probabilities

@@ -69,9 +69,9 @@ float gemv_row_16bit(const unsigned char* row, const float* x, index in) noexcep
 
 /// y[r] = Σ_k W[r, k] · x[k] for the `count` rows at `w`, `stride` bytes apart.
 /// - 16-bit weights go row by row (gemv_row_16bit). Four rows side by side (each row of a bf16
-///   layer with in = 2048 its own 4 KiB page) ran at 16-21 GB/s cold on the BENCH.md machine, one
-///   row at a time at 22-27 on 4 KiB pages and 30-34 on huge pages; hot in L2 (64 rows), 67
-///   against 55-97 for four rows in different runs (decode weights are cold).
+///   layer with in = 2048 its own 4 KiB page) ran at 16-21 GB/s cold on the benchmark machine of
+///   docs/performance.md, one row at a time at 22-27 on 4 KiB pages and 30-34 on huge pages; hot
+///   in L2 (64 rows), 67 against 55-97 for four rows in different runs (decode weights are cold).
 /// - fp32 rows go four side by side, sharing each load of x, two vectors per row: cold, one row at
 ///   a time read 17-19 GB/s on 4 KiB pages against 21-22 (27 against 29 on huge pages).
 template <class Arch, storage_type S>

@@ -1,4 +1,4 @@
-// Which heads a rank of a tensor-parallel group owns (SPEC §12), and the rank-local config.
+// Which heads a rank of a tensor-parallel group owns (docs/spec.md §12), and the rank-local config.
 #pragma once
 
 #include "gattn/core/config.hpp"
@@ -35,11 +35,11 @@ inline head_split split_heads(index q_heads, index kv_heads, int rank, int ranks
                                 " and num_key_value_heads=", kv_heads, " must be positive");
   const index P = ranks;
   detail::require<config_error>(q_heads % P == 0, "tensor parallelism: num_attention_heads=", q_heads,
-                                " is not divisible by the ", P, " ranks (query heads split evenly, SPEC §12)");
+                                " is not divisible by the ", P, " ranks (query heads split evenly, docs/spec.md §12)");
   detail::require<config_error>(kv_heads % P == 0 || P % kv_heads == 0, "tensor parallelism: num_key_value_heads=",
                                 kv_heads, " and ", P,
                                 " ranks: the KV heads must split evenly (P divides H_kv) or be replicated "
-                                "(H_kv divides P), SPEC §12");
+                                "(H_kv divides P), docs/spec.md §12");
   head_split s;
   s.rank = rank;
   s.ranks = ranks;

@@ -1,4 +1,4 @@
-// A layer split by heads across the ranks of a communicator (SPEC §12): each rank runs its heads
+// A layer split by heads across the ranks of a communicator (docs/spec.md §12): each rank runs its heads
 // (rank-local KV cache: its KV heads, or the replicated MLA latent), then one all-reduce of the
 // T·d fp32 output rows; o_proj's bias was on rank 0 only, and a G5 gate acts on the sum.
 #pragma once
@@ -40,7 +40,7 @@ class tp_layer {
     return local_.make_paged_cache(num_blocks, block_size);
   }
 
-  /// A batch (SPEC §11) of this rank's heads, then one all-reduce of the N·d output rows.
+  /// A batch (docs/spec.md §11) of this rank's heads, then one all-reduce of the N·d output rows.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
             matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
     local_.step(x, cu_seqlens, batch, caches, y, ws, exec);

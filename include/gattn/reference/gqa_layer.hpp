@@ -1,4 +1,4 @@
-// The reference GQA layer (SPEC §2, §4): the whole layer in double precision, one sequence, no cache.
+// The reference GQA layer (docs/spec.md §2, §4): the whole layer in double precision, one sequence, no cache.
 #pragma once
 
 #include <vector>

@@ -1,4 +1,4 @@
-// The reference MLA layer (SPEC §3): expanded form in double precision, one sequence, no cache.
+// The reference MLA layer (docs/spec.md §3): expanded form in double precision, one sequence, no cache.
 #pragma once
 
 #include <vector>

@@ -1,4 +1,4 @@
-// bf16 dot products with fp32 accumulation (AVX512-BF16 vdpbf16ps) for SPEC §10's `fast` numerics:
+// bf16 dot products with fp32 accumulation (AVX512-BF16 vdpbf16ps) for docs/spec.md §10's `fast` numerics:
 // both operands are bf16, so each product is exact in fp32 and only the sums round. Other archs
 // have no such instruction here (NEON bfdot is not wired up), and `fast` runs `exact` on them.
 #pragma once
