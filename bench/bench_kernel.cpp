@@ -383,7 +383,7 @@ int register_all() {
       benchmark::RegisterBenchmark((at + "bf16" + th).c_str(), bm_decode_floor<gattn::storage_type::bf16>, *s, t)
           ->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
-  // The vendor-dependent choices forced each way (README: they measured opposite on AMD and Intel).
+  // The vendor-dependent choices forced each way (docs/performance.md: they measured opposite on AMD and Intel).
   const std::pair<const char*, gattn::kernel_choice> choices[] = {{"always", gattn::kernel_choice::always},
                                                                   {"never", gattn::kernel_choice::never}};
   for (const char* name : {"D1/g1_elementwise", "D1/g1_elementwise_bf16", "M1/g1_elementwise_bf16_fast"})

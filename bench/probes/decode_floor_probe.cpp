@@ -4,9 +4,9 @@
 //   order     address: each key block's K, then its V, in address order;
 //             kernel:  the decode kernel's order (4 keys of one head at a time for K, 8 for V);
 //   prefetch  none; per slice (each slice's lines 128 KiB ahead, just before it is read); per call
-//             (a microkernel call's address-ordered share at once, the scheme before session 12);
+//             (a microkernel call's address-ordered share at once: cache_stream::prefetch_share);
 //             paced (that share spread over the call's steps); own slices (the slices the call
-//             itself reads 128 KiB later, at once: cache_stream::prefetch_slices, the scheme now);
+//             itself reads 128 KiB later, at once: cache_stream::prefetch_slices, the kernel's);
 //   side by side: in the kernel's order, a call's slices read a step of each in turn, as the
 //             microkernels read them, instead of one after another;
 //   idle      dependent FMAs between each block's K and V (work that issues no loads, like the

@@ -35,7 +35,7 @@ struct problem {
   index rows, in, out;
   // bf16 [out, in] on huge pages, as a layer's weights sit in the benchmarks (bench_weights.hpp) and
   // in an engine's arena: on 4 KiB pages every 4 KiB weight row is a new page, and BD32's
-  // projection measured 0.59-0.68 of the peak there against 0.74-0.78 here (session 15).
+  // projection measured 0.59-0.68 of the peak there against 0.74-0.78 here.
   gattn::streamed_vector<std::uint16_t> w;
   std::vector<float> xp, y;      // packed x, y [rows, out]
   int calls = 1;                 // per timed sample: about 2 GFLOP
