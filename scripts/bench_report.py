@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the docs/performance.md ratios.
+"""Turns gattn_bench JSON (with repetitions) into tables: medians and the docs/performance.md ratios.
 
 Usage: scripts/bench_report.py RESULTS.json > table.md
-       scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the issues' targets, a column per run)
+       scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the performance targets, a column per run)
 
 ab/<shape>/<gated>_vs_<plain>/t:<n> (bench_ab.cpp, the interleaved in-process A/B) report counters
 rather than a time: their cells show the gated and plain medians and the paired overhead.
@@ -140,7 +140,7 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
 
 
-# The open issues' targets (#10, #11) as (label, function of (medians, t), target, is_met).
+# The performance targets of docs/performance.md as (label, function of (medians, t), target, is_met).
 def target_rows():
     def ms(m, name):
         return m[name]["ms"]
@@ -171,7 +171,7 @@ def target_rows():
 def targets(paths):
     runs, labels = [], []
     for p in paths:
-        name = re.sub(r"^.*?(session\d+).*$", r"\1", re.sub(r"\.json$", "", p.split("/")[-1]))
+        name = re.sub(r"^bench_results_?", "", re.sub(r"\.json$", "", p.split("/")[-1])) or "bench_results"
         for i, data in enumerate(runs_of(p)):
             runs.append(medians(p, data)[1])
             labels.append(name + (f" run {i + 1}" if i else ""))

@@ -1,6 +1,6 @@
-// The probe behind the README's "What bounds the decode targets": the loop of limits/D1_floor
-// (bench_kernel.cpp: D1's bf16 K and V read once, the kernel's FMAs, nothing else) run over caches
-// that rotate through 256 MiB, with these varied one at a time:
+// Measures what bounds a bf16 decode step: read order, prefetch scheme and FMAs over D1's cache.
+// The loop of limits/D1_floor (bench_kernel.cpp: D1's bf16 K and V read once, the kernel's FMAs,
+// nothing else) runs over caches that rotate through 256 MiB, with these varied one at a time:
 //   order     address: each key block's K, then its V, in address order;
 //             kernel:  the decode kernel's order (4 keys of one head at a time for K, 8 for V);
 //   prefetch  none; per slice (each slice's lines 128 KiB ahead, just before it is read); per call

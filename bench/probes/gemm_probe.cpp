@@ -1,6 +1,7 @@
-// The probe behind the README's BD32 evidence: the small GEMM over bf16 weights (gemm_packed, as
-// linear_map runs it in a batched decode step) on weight sets of different sizes, so that the
-// weights come from L1, L2 or DRAM, with the activations packed once and hot:
+// Measures the small GEMM over bf16 weights from L1, L2 and DRAM against the FMA peak of the run.
+// The small GEMM (gemm_packed, as linear_map runs it in a batched decode step) runs on weight sets
+// of different sizes, so that the weights come from L1, L2 or DRAM, with the activations packed
+// once and hot:
 //   l1     x [4, 1024],  W [12, 1024]:   24 KiB of weights and 16 KiB of x, called over and over;
 //   w_l2   x [4, 1024],  W [192, 1024]: 384 KiB of weights, streamed from L2;
 //   x_l2   x [32, 1024], W [12, 1024]:  128 KiB of x, streamed from L2;

@@ -1,4 +1,4 @@
-// Issue #10's memory bound: `gattn run` of a few tokens over a mapped bf16 Qwen3-Next-shaped layer
+// Weights are used where they are mapped: `gattn run` of a few tokens over a mapped bf16 Qwen3-Next-shaped layer
 // (d 2048, H_q 16, H_kv 2, D 256, gate fused in q_proj; ~52 MB) peaks below 1.6x the checkpoint's
 // bytes + 40 MB of RSS, i.e. no weight is widened or copied; and its output equals the same
 // weights widened to fp32 within 1e-4 * max|y|.

@@ -91,7 +91,7 @@ inline void check_f16_rows(const sequence_cache& c, index seq, const float* rows
 /// Runs `count` independent SDPA problems on `exec`'s threads: when there are at least as many
 /// problems as threads, one problem per task, each serial (a batch of decodes fills the threads);
 /// otherwise one after another, each with all the threads. Deterministic for a fixed batch and
-/// context. The one place a batched kernel entry replaces (issue #11).
+/// context. The one place a batched kernel entry would replace.
 inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index count, const execution_context& exec) {
   const int threads = exec.concurrency();
   if (count < threads || count == 1) {

@@ -146,7 +146,7 @@ class mla_layer {
   // The projections hold views of `w`'s weights (no copy), so the memory behind them must outlive
   // the layer unless the views keep it alive (weight_maps of fp32 tensors and io::load_weights'
   // views do). Norm weights and biases are widened (small). W_uk/W_uv of the absorbed form are
-  // views of kv_b_proj's row blocks too, used in their stored dtype (issue #10).
+  // views of kv_b_proj's row blocks too, used in their stored dtype.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
     const index dc = cfg_.kv_lora_rank;
@@ -335,7 +335,7 @@ class mla_layer {
   void absorbed_output(const sdpa_params& p, index first, layer_workspace& ws, statistics_observer* stats) const {
     const index H = cfg_.heads, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
     float* o = ws.gated.data() + first * H * dv;
-    // Per head on the calling thread, as before: the heads' maps are small.
+    // Per head on the calling thread: the heads' maps are small.
     static const execution_context serial = execution_context::serial();
     for (index h = 0; h < H; ++h) w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial);
     if (stats) observe_first_token_attention(p, *stats);

@@ -1,4 +1,4 @@
-// How a call may use threads (docs/spec.md §11, issue #11): the caller decides, the library never nests.
+// How a call may use threads (docs/spec.md §11): the caller decides, the library never nests.
 //
 // Every parallel loop in gattn (kernel work units, projection panels, per-row stages) runs through
 // execution_context::parallel_for. Three kinds of context:

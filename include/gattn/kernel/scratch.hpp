@@ -85,7 +85,7 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
   pl.units = p.kv_heads * pl.q_blocks;
   // A bf16/f16 cache is widened tile by tile into the unit's scratch (never a widened copy of
-  // the whole cache); fp32 K is read in place and V packed only for a ragged d_v, as before.
+  // the whole cache); fp32 K is read in place and V packed only for a ragged d_v.
   pl.pack_k = p.kv_type != storage_type::f32;
   pl.pack_v = (p.d_v % tr::width) != 0 || pl.pack_k;
   // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
