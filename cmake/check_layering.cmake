@@ -1,6 +1,11 @@
 # The folders of include/gattn form layers: a header may include headers of its own folder and of
 # the folders its folder is allowed to see below, never above (so the include graph has no cycle).
-# reference/ is the oracle: it may see core/ only, so it shares no code with what it checks.
+# From the bottom: core/ (configs, errors, threads), simd/ (the ISA layer), linalg/ (products over
+# stored weights), gate/ (activations, the gate applied to a head, score sources: below kernel/,
+# whose epilogue applies the gate), kernel/ (the fused SDPA), cache/ (KV caches and the layer
+# workspace: above kernel/, whose problem views they fill), then the layers (attention/) and what
+# composes them. reference/ is the oracle: it may see core/ only, so it shares no code with what it
+# checks. baseline/ (the unfused SDPA and the SDPA backends) may see everything but parallel/ and io/.
 #
 #   cmake -DINCLUDE_DIR=<repo>/include -P cmake/check_layering.cmake      (ctest: layering.include_graph)
 cmake_minimum_required(VERSION 3.16)
