@@ -1,4 +1,4 @@
-// Interleaved in-process A/B of the gate's cost (BENCH.md: gate overhead <= 1% of P1, <= 3% of D1,
+// Interleaved in-process A/B of the gate's cost (docs/performance.md: gate overhead <= 1% of P1, <= 3% of D1,
 // "measured as an interleaved A/B in one process"): ab/<shape>/g1_elementwise_vs_plain/t:<n>.
 //
 // Independent runs on the shared VM move by 5-10%, more than the overhead to resolve. Here both

@@ -1,6 +1,6 @@
-// Batched decode (BENCH.md, SPEC §11): layer/BD<B>/g1_elementwise[_bf16]/t:<n>, B sequences of the L1 layer
-// (Qwen3-Next full attention, fused_q elementwise gate) with one new token each, in one
-// gqa_layer::step. Contexts are spread over 512-4096 (the midpoints of B equal slices, so every B
+// Batched decode (docs/performance.md, docs/spec.md §11): layer/BD<B>/g1_elementwise[_bf16]/t:<n>,
+// B sequences of the L1 layer (Qwen3-Next full attention, fused_q elementwise gate) with one new
+// token each, in one gqa_layer::step. Contexts are spread over 512-4096 (the midpoints of B equal slices, so every B
 // has the same mean context, 2304); fp32 weights and caches, or (`_bf16`) bf16 weights used in
 // place and bf16 caches. Counters: tokens_per_s and GFLOPS (projections + attention, 2 per
 // multiply-add).

@@ -1,4 +1,4 @@
-// Benchmarks of the fused SDPA-then-gate kernel (BENCH.md contract): kernel/<shape>/<variant>/t:<n>
+// Benchmarks of the fused SDPA-then-gate kernel (docs/performance.md contract): kernel/<shape>/<variant>/t:<n>
 // for P1, P2, D1, M1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
 // tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
 // limits/gemm/t:<n> (Eigen GEMM), limits/read/t:<n> (read bandwidth over 2 GiB) and
@@ -15,7 +15,7 @@
 // Decode shapes rotate through independent caches totalling >= 128 MiB (4x the L3); D1hot (D1's
 // heads over 256 keys, one cache reused, hot in L2) measures the decode kernel's work without DRAM.
 // D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16 and
-// g1_elementwise_bf16_fast (SPEC §10 fast numerics: vdpbf16ps where the CPU has it), P1
+// g1_elementwise_bf16_fast (docs/spec.md §10 fast numerics: vdpbf16ps where the CPU has it), P1
 // g1_elementwise_bf16: caches stored as bf16/f16 (the fp32 values rounded), read through
 // sdpa_params::kv_type/k_bits/v_bits; decode GBps counts the 2-byte values actually read, and
 // twice as many caches rotate.
@@ -57,7 +57,7 @@ using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 using StridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 using StridedMapMut = Eigen::Map<RowMat, 0, Eigen::OuterStride<>>;
 
-/// The tuned unfused Eigen baseline (BENCH.md): per query head S.noalias() = Q·Kᵀ, the scale
+/// The tuned unfused Eigen baseline (docs/performance.md): per query head S.noalias() = Q·Kᵀ, the scale
 /// folded into exp, the causal mask by a row loop, O = P·V, then an elementwise sigmoid gate.
 /// Parallel over heads with OpenMP (Eigen itself runs serially inside the region). Scratch S is
 /// allocated once per thread outside the timed loop.
@@ -355,7 +355,7 @@ int register_all() {
         benchmark::RegisterBenchmark(name.c_str(), bm_kernel, s, std::string(variant), t)
             ->UseRealTime()->Unit(benchmark::kMillisecond);
       }
-  // Low-precision caches (SPEC §10; exact numerics: K/V widened to fp32 in registers, fast: bf16
+  // Low-precision caches (docs/spec.md §10; exact numerics: K/V widened to fp32 in registers, fast: bf16
   // dot products where the CPU has them): D1 in bf16 and f16, M1 (V inside K, one latent head) in
   // bf16 exact and fast, P1 reading a bf16 cache; fp32's rounded values, same gate.
   for (const char* name : {"D1/g1_elementwise_bf16", "D1/g1_elementwise_f16", "M1/g1_elementwise_bf16",
@@ -383,7 +383,7 @@ int register_all() {
       benchmark::RegisterBenchmark((at + "bf16" + th).c_str(), bm_decode_floor<gattn::storage_type::bf16>, *s, t)
           ->UseRealTime()->Unit(benchmark::kMicrosecond);
     }
-  // The vendor-dependent choices forced each way (README: they measured opposite on AMD and Intel).
+  // The vendor-dependent choices forced each way (docs/performance.md: they measured opposite on AMD and Intel).
   const std::pair<const char*, gattn::kernel_choice> choices[] = {{"always", gattn::kernel_choice::always},
                                                                   {"never", gattn::kernel_choice::never}};
   for (const char* name : {"D1/g1_elementwise", "D1/g1_elementwise_bf16", "M1/g1_elementwise_bf16_fast"})

@@ -1,4 +1,4 @@
-// Whole-layer benchmarks (BENCH.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
+// Whole-layer benchmarks (docs/performance.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
 // unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
 // used in place and a bf16 KV cache); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
@@ -20,7 +20,7 @@
 
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/simd/convert.hpp"
 #include "bench_weights.hpp"
 

@@ -1,4 +1,4 @@
-// Shapes and inputs of the kernel benchmarks (BENCH.md), shared by bench_kernel.cpp (kernel/...)
+// Shapes and inputs of the kernel benchmarks (docs/performance.md), shared by bench_kernel.cpp (kernel/...)
 // and bench_ab.cpp (ab/...), so an A/B runs on exactly the inputs of the kernel benchmark it
 // resolves.
 #pragma once
@@ -66,7 +66,7 @@ inline bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-/// SPEC §10 numerics of a kernel variant: `<variant>_fast` (e.g. g1_elementwise_bf16_fast), else exact.
+/// docs/spec.md §10 numerics of a kernel variant: `<variant>_fast` (e.g. g1_elementwise_bf16_fast), else exact.
 inline gattn::kv_numerics variant_numerics(const std::string& variant) {
   return ends_with(variant, "_fast") ? gattn::kv_numerics::fast : gattn::kv_numerics::exact;
 }
@@ -99,7 +99,7 @@ void fill(Vec& v, unsigned seed) {
 }
 
 /// Inputs of one shape; decode shapes hold enough independent caches (at least two) that their total
-/// reaches 128 MiB (4x the 32 MiB L3; BENCH.md asks for more than 64 MiB), so every call streams its K/V
+/// reaches 128 MiB (4x the 32 MiB L3; docs/performance.md asks for more than 64 MiB), so every call streams its K/V
 /// from memory (a `hot` shape holds one, reused).
 /// With a bf16/f16 `kv` the caches hold the fp32 caches' values (same seeds) rounded to that type,
 /// in k_bits/v_bits, and twice as many of them reach the same 128 MiB (both read cold memory).

@@ -1,4 +1,4 @@
-// Tensor-parallel benchmarks (SPEC §12, BENCH.md): the L1 layer (Qwen3-Next full attention, fused
+// Tensor-parallel benchmarks (docs/spec.md §12, docs/performance.md): the L1 layer (Qwen3-Next full attention, fused
 // elementwise G1 gate) split by heads over the ranks of `mpirun -np P build/bench/gattn_tp_bench`,
 // one thread per rank. tp/L1P/p:P prefills T = 2048; tp/L1D/p:P decodes one token at 8192 cached;
 // tp/allreduce/<shape>/p:P times the one all-reduce a call adds (T·d fp32 values).
@@ -30,7 +30,7 @@ using gattn::index;
 
 using gattn_bench::l1_weights;
 using gattn_bench::normal;
-/// BENCH.md's L1 (the elementwise G1 gate fused in q_proj).
+/// docs/performance.md's L1 (the elementwise G1 gate fused in q_proj).
 inline gattn::gqa_config l1_config() { return gattn_bench::l1_g1_elementwise(); }
 
 gattn::communicator* group = nullptr;
@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   gattn::mpi_communicator comm;
   group = &comm;
 #ifdef _OPENMP
-  omp_set_num_threads(1);  // one thread per rank (BENCH.md: 2 ranks x 1 thread against 1 x 1)
+  omp_set_num_threads(1);  // one thread per rank (docs/performance.md: 2 ranks x 1 thread against 1 x 1)
 #endif
   std::vector<char*> args(argv, argv + argc);
   if (comm.rank() != 0)  // only rank 0 writes files

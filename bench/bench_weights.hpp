@@ -1,4 +1,4 @@
-// Benchmark inputs shared by the benchmark binaries: random normal data, BENCH.md's L1 layer and its
+// Benchmark inputs shared by the benchmark binaries: random normal data, docs/performance.md's L1 layer and its
 // weights, and weights held as a checkpoint would give them (bf16/f16 views, not fp32 copies).
 #pragma once
 
@@ -23,7 +23,7 @@ inline std::vector<float> normal(gattn::index n, float scale, unsigned seed) {
   return v;
 }
 
-/// BENCH.md's L1: d 2048, H_q 16, H_kv 2, D 256, partial RoPE 0.25, G1 elementwise gate fused in q_proj.
+/// docs/performance.md's L1: d 2048, H_q 16, H_kv 2, D 256, partial RoPE 0.25, G1 elementwise gate fused in q_proj.
 inline gattn::gqa_config l1_g1_elementwise() {
   gattn::gqa_config c;
   c.hidden = 2048;

@@ -1,6 +1,11 @@
 # The folders of include/gattn form layers: a header may include headers of its own folder and of
 # the folders its folder is allowed to see below, never above (so the include graph has no cycle).
-# reference/ is the oracle: it may see core/ only, so it shares no code with what it checks.
+# From the bottom: core/ (configs, errors, threads), simd/ (the ISA layer), linalg/ (products over
+# stored weights), gate/ (activations, the gate applied to a head, score sources: below kernel/,
+# whose epilogue applies the gate), kernel/ (the fused SDPA), cache/ (KV caches and the layer
+# workspace: above kernel/, whose problem views they fill), then the layers (attention/) and what
+# composes them. reference/ is the oracle: it may see core/ only, so it shares no code with what it
+# checks. baseline/ (the unfused SDPA and the SDPA backends) may see everything but parallel/ and io/.
 #
 #   cmake -DINCLUDE_DIR=<repo>/include -P cmake/check_layering.cmake      (ctest: layering.include_graph)
 cmake_minimum_required(VERSION 3.16)
@@ -14,18 +19,20 @@ get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 set(allowed_core "")
 set(allowed_simd "core")
-set(allowed_gate "core;simd")
-set(allowed_kernel "core;simd")
+set(allowed_linalg "core;simd")
+set(allowed_gate "core;simd;linalg")
+set(allowed_kernel "core;simd;gate")
+set(allowed_cache "core;simd;kernel")
 set(allowed_reference "core")
 set(allowed_diagnostics "core;simd;gate")
-set(allowed_attention "core;simd;gate;kernel;diagnostics")
-set(allowed_backend "core;simd;gate;kernel;diagnostics;attention;reference")
+set(allowed_attention "core;simd;linalg;gate;kernel;cache;diagnostics")
+set(allowed_baseline "core;simd;linalg;gate;kernel;cache;diagnostics;attention;reference")
 set(allowed_io "core;simd;gate")
-# Tensor parallelism (SPEC §12) sits above the layers it shards; mpi/ is the optional MPI transport
+# Tensor parallelism (docs/spec.md §12) sits above the layers it shards; mpi/ is the optional MPI transport
 # (target gattn::mpi), so nothing but itself may include it.
-set(allowed_parallel "core;simd;gate;kernel;diagnostics;attention")
+set(allowed_parallel "core;simd;linalg;gate;kernel;cache;diagnostics;attention")
 set(allowed_mpi "core;parallel")
-set(order core simd gate kernel reference diagnostics attention backend io parallel mpi)
+set(order core simd linalg gate kernel cache reference diagnostics attention baseline io parallel mpi)
 
 # The list itself must be acyclic: every allowed folder comes earlier in `order`.
 set(seen "")

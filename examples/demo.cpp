@@ -90,6 +90,6 @@ int main(int argc, char** argv) {
   // Statistics of the whole sequence (a second pass with the observer on, so the timing above is clean).
   gattn::kv_cache cache2(cfg, prompt + steps);
   layer.prefill({x.data(), prompt + steps, d, d}, cache2, {y.data(), prompt + steps, d, d}, &stats);
-  std::printf("gate statistics (SPEC §6):\n%s\n", stats.result().to_json().dump(2).c_str());
+  std::printf("gate statistics (docs/spec.md §6):\n%s\n", stats.result().to_json().dump(2).c_str());
   return 0;
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Run the benchmarks behind the open issues' targets, as the README's Performance section reports them:
+# Run the benchmarks behind the performance targets of docs/performance.md:
 #
 #   scripts/bench.sh OUT.json            # 5-10 minutes on the 2-core development VM, plus the build
 #
 # Builds gattn_bench in build/ (Release, GATTN_SIMD=native, the tree scripts/test.sh and
-# scripts/demo.sh share), runs the machine limits and every benchmark a target of #10/#11 names at
+# scripts/demo.sh share), runs the machine limits and every benchmark a target names at
 # t:1 and t:2, 5 repetitions randomly interleaved (the VM's speed drifts within minutes, so only
 # ratios inside one run mean anything), writes Google Benchmark's JSON to OUT.json, then prints
-# scripts/bench_report.py's tables and the targets of this run beside the run kept in docs/.
+# scripts/bench_report.py's tables and the targets of this run beside every run kept in docs/
+# (docs/bench_results*.json).
 # Environment: GATTN_BUILD_DIR (default build), GATTN_JOBS (default nproc), GATTN_SKIP_DEPS=1,
 # GATTN_BENCH_FILTER (overrides the filter below).
 set -euo pipefail
@@ -40,4 +41,4 @@ filter+='|ab/(P1|D1)/g1_elementwise_vs_plain/t:1)/'
 
 python3 "$root/scripts/bench_report.py" "$out"
 echo
-python3 "$root/scripts/bench_report.py" --targets "$root"/docs/bench_results.json "$out"
+python3 "$root/scripts/bench_report.py" --targets "$root"/docs/bench_results*.json "$out"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Turns gattn_bench JSON (with repetitions) into the README's tables: medians and the BENCH.md ratios.
+"""Turns gattn_bench JSON (with repetitions) into tables: medians and the docs/performance.md ratios.
 
 Usage: scripts/bench_report.py RESULTS.json > table.md
-       scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the issues' targets, a column per run)
+       scripts/bench_report.py --targets RUN1.json RUN2.json ...   (the performance targets, a column per run)
 
 ab/<shape>/<gated>_vs_<plain>/t:<n> (bench_ab.cpp, the interleaved in-process A/B) report counters
 rather than a time: their cells show the gated and plain medians and the paired overhead.
@@ -114,7 +114,7 @@ def main():
               lambda t: m1_flop / (get(f"kernel/M1/g1_elementwise/t:{t}", "ms") * 1e6) / get(f"limits/fma/t:{t}", "GFLOPS"), "")
     ratio_row("M1 best possible GB/s at limits/fma / limits/read",
               lambda t: get(f"limits/fma/t:{t}", "GFLOPS") * 1e9 / m1_flop * 8192 * 576 * 4 / 1e9 / get(f"limits/read/t:{t}", "GBps"), "")
-    # SPEC §10 low-precision caches (exact numerics): time against the fp32 cache of the same shape.
+    # docs/spec.md §10 low-precision caches (exact numerics): time against the fp32 cache of the same shape.
     def lp_time(shape, dtype, t):
         return get(f"kernel/{shape}/g1_elementwise_{dtype}/t:{t}", "ms") / get(f"kernel/{shape}/g1_elementwise/t:{t}", "ms")
     ratio_row("D1 bf16 / D1 fp32 time", lambda t: lp_time("D1", "bf16", t), "≤ 0.55")
@@ -140,7 +140,7 @@ def main():
                   lambda t: get(f"kernel/{shape}/g1_elementwise/t:1", "ms") / get(f"kernel/{shape}/g1_elementwise/t:2", "ms") if t == 2 else float("nan"), "≥ 1.8")
 
 
-# The open issues' targets (#10, #11) as (label, function of (medians, t), target, is_met).
+# The performance targets of docs/performance.md as (label, function of (medians, t), target, is_met).
 def target_rows():
     def ms(m, name):
         return m[name]["ms"]
@@ -171,7 +171,7 @@ def target_rows():
 def targets(paths):
     runs, labels = [], []
     for p in paths:
-        name = re.sub(r"^.*?(session\d+).*$", r"\1", re.sub(r"\.json$", "", p.split("/")[-1]))
+        name = re.sub(r"^bench_results_?", "", re.sub(r"\.json$", "", p.split("/")[-1])) or "bench_results"
         for i, data in enumerate(runs_of(p)):
             runs.append(medians(p, data)[1])
             labels.append(name + (f" run {i + 1}" if i else ""))

@@ -1,5 +1,5 @@
 // `gattn run --batch-lengths L1,L2,...`: B prefixes of the input's x run together as one batch
-// (SPEC §11), to show and check that a batched step gives each sequence what it gets alone.
+// (docs/spec.md §11), to show and check that a batched step gives each sequence what it gets alone.
 #pragma once
 
 #include <string>

@@ -1,6 +1,6 @@
-// `mpirun -np P gattn run ...`: the CLI's tensor-parallel part (SPEC §12). A run started by Open
+// `mpirun -np P gattn run ...`: the CLI's tensor-parallel part (docs/spec.md §12). A run started by Open
 // MPI's launcher initialises MPI and shards the layer's heads over the P ranks; any other run is
-// one rank with the plain layer, exactly as before.
+// one rank with the plain layer.
 #pragma once
 
 #include <cstdint>

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/core/cpu.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 #include "gattn/io.hpp"
@@ -72,13 +72,13 @@ const char* const run_help =
     "  --output Y           where to write 'y'; optional with --check\n"
     "  --decode-from K      prefill K tokens, then decode the rest one at a time through the KV cache\n"
     "                       (a delta-rule layer: through its recurrent state)\n"
-    "  --stats S.json       write the paper's statistics (docs/spec.md 6) as JSON\n"
+    "  --stats S.json       write the paper's statistics (docs/spec.md §6) as JSON\n"
     "  --check              compare with 'y' in the input file: prints max|dy|/max|y|, exit 1 above --tol\n"
     "  --tol R              --check tolerance (default 1e-4)\n"
     "  --reference          run SDPA on the double-precision oracle\n"
     "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
     "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
-    "  --kv-numerics M      exact or fast (docs/spec.md 10)\n"
+    "  --kv-numerics M      exact or fast (docs/spec.md §10)\n"
     "  --quiet              no summary line on stderr\n"
     "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
     "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"

@@ -41,5 +41,5 @@ endif()
 # gattn defaults for this target (still overridable with -D on the first configure).
 set(GATTN_SIMD neon CACHE STRING "SIMD flags for gattn's own targets: native, avx512, avx2, scalar, neon")
 set(GATTN_BUILD_BENCH OFF CACHE BOOL "Build the benchmarks (Google Benchmark)")
-# Representative sweep only: the tests are ~10x slower under qemu (see TESTING.md).
+# Representative sweep only: the tests are ~10x slower under qemu (see docs/testing.md).
 set(GATTN_TEST_SWEEP small CACHE STRING "GATTN_SWEEP value baked into the registered tests (empty: inherit)")

@@ -1,4 +1,4 @@
-// A steady-state decode step allocates nothing (issue #11): this file replaces the global operator
+// A steady-state decode step allocates nothing: this file replaces the global operator
 // new/delete of the test binary with ones that count, but only while a test sets the flag (every
 // other test of the binary allocates as usual, through malloc).
 #include <gtest/gtest.h>

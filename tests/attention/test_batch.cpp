@@ -1,4 +1,4 @@
-// Batched calls (SPEC §11): B prefixes of each vector's x run together (one batched prefill, then
+// Batched calls (docs/spec.md §11): B prefixes of each vector's x run together (one batched prefill, then
 // batched decode steps, each sequence leaving when done) reproduce y[:L_s]; a refused batch appends
 // nothing to any cache; results are deterministic.
 #include <gtest/gtest.h>

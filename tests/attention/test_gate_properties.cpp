@@ -1,4 +1,4 @@
-// Identities the gate must satisfy (SPEC §4), checked on the fast layer with random weights.
+// Identities the gate must satisfy (docs/spec.md §4), checked on the fast layer with random weights.
 #include <gtest/gtest.h>
 
 #include "gattn/attention/gqa_layer.hpp"

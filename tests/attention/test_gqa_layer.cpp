@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gattn/attention/gqa_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.

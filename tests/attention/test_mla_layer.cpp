@@ -5,7 +5,7 @@
 #include <random>
 
 #include "gattn/attention/mla_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.

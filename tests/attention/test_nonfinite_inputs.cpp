@@ -10,7 +10,7 @@
 
 #include "gattn/attention/gqa_layer.hpp"
 #include "gattn/attention/mla_layer.hpp"
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "support/random_layer.hpp"
 #include "support/vectors.hpp"
 

@@ -1,4 +1,4 @@
-// Must NOT compile: an MLA layer has the G1 gate only (SPEC §3), so gated_mla<G3 gate> is refused at
+// Must NOT compile: an MLA layer has the G1 gate only (docs/spec.md §3), so gated_mla<G3 gate> is refused at
 // compile time. With GATTN_COMPILE_FAIL_CONTROL the same TU uses a G1 gate and must compile, which
 // shows that the failure comes from the gate rule and not from a broken include.
 #include <gattn/attention/any_layer.hpp>

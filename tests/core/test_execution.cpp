@@ -1,5 +1,7 @@
-// execution_context: every index runs once, custom pools are used, nothing nests.
+// execution_context: every index runs once, custom pools are used, nothing nests; on_this_thread
+// runs its function once, on the calling thread, with a team size of one while it runs.
 #include <atomic>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -54,6 +56,33 @@ TEST(ExecutionContext, NeverNestsInsideAParallelRegion) {
   EXPECT_EQ(nested_teams.load(), 0);
 }
 #endif
+
+TEST(ExecutionContext, OnThisThreadRunsOnceOnTheCallersThread) {
+  const std::thread::id caller = std::this_thread::get_id();
+  int runs = 0;
+  bool same_thread = false;
+  int threads_inside = 0, teams_inside = 0;
+#ifdef _OPENMP
+  const int threads_before = omp_get_max_threads();
+#endif
+  on_this_thread([&] {
+    ++runs;
+    same_thread = std::this_thread::get_id() == caller;
+#ifdef _OPENMP
+    threads_inside = omp_get_max_threads();  // what a nested library (Eigen) would start
+    teams_inside = omp_get_num_threads();
+#else
+    threads_inside = teams_inside = 1;
+#endif
+  });
+  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(same_thread);
+  EXPECT_EQ(threads_inside, 1);
+  EXPECT_EQ(teams_inside, 1);
+#ifdef _OPENMP
+  EXPECT_EQ(omp_get_max_threads(), threads_before);  // the caller's setting is unchanged
+#endif
+}
 
 }  // namespace test_execution
 }  // namespace gattn

@@ -6,7 +6,7 @@
 #include <limits>
 #include <new>
 
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/core/memory.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.

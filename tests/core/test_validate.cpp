@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/hf_config.hpp"

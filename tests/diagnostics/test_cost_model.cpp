@@ -1,4 +1,4 @@
-// Tests for gattn/diagnostics/cost_model.hpp: SPEC §7's Table-1 numbers and hand-counted layers.
+// Tests for gattn/diagnostics/cost_model.hpp: docs/spec.md §7's Table-1 numbers and hand-counted layers.
 #include "gattn/diagnostics/cost_model.hpp"
 
 #include <string>
@@ -11,7 +11,7 @@ namespace test_cost_model {
 
 namespace {
 
-// The paper's 15B MoE attention shape (SPEC §7): L 24, d 2048, H_q 32, H_kv 4, D 128.
+// The paper's 15B MoE attention shape (docs/spec.md §7): L 24, d 2048, H_q 32, H_kv 4, D 128.
 constexpr gattn::index paper_layers = 24;
 
 gattn::gqa_config paper_config(gattn::gate_position pos, gattn::granularity gran) {
@@ -66,7 +66,7 @@ TEST(CostModel, HeadSharedAndFusedGatesCountTheSameRows) {
   using gattn::gate_position;
   using gattn::granularity;
   auto shared = paper_config(gate_position::g1, granularity::elementwise);
-  shared.gate.shared = true;  // SPEC §4: g_proj keeps all heads x width rows
+  shared.gate.shared = true;  // docs/spec.md §4: g_proj keeps all heads x width rows
   EXPECT_EQ(gattn::cost(shared).gate_params * paper_layers, 201'326'592);
 
   for (auto layout : {gattn::fused_layout::per_head, gattn::fused_layout::per_kv_group}) {
@@ -269,7 +269,7 @@ TEST(CostModel, ThousandsSeparators) {
   EXPECT_EQ(with_commas(3.0e9), "3,000,000,000");
 }
 
-// Weight and cache bytes at a storage type (SPEC §10): 4 bytes per f32 value, 2 per bf16/f16; the
+// Weight and cache bytes at a storage type (docs/spec.md §10): 4 bytes per f32 value, 2 per bf16/f16; the
 // cache's type comes from the config's kv_cache_dtype, the weights' from the caller.
 TEST(CostModel, BytesAtStorageTypes) {
   using gattn::storage_type;

@@ -1,4 +1,4 @@
-// The layers' statistics observer reproduces the `stats` metadata of every vector (SPEC §6), in one
+// The layers' statistics observer reproduces the `stats` metadata of every vector (docs/spec.md §6), in one
 // prefill and in token-by-token decode.
 #include <gtest/gtest.h>
 

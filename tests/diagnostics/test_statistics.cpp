@@ -1,4 +1,4 @@
-// Tests for gattn/diagnostics/statistics.hpp: SPEC §6 statistics by hand, chunked, and from a vector.
+// Tests for gattn/diagnostics/statistics.hpp: docs/spec.md §6 statistics by hand, chunked, and from a vector.
 #include "gattn/diagnostics/statistics.hpp"
 
 #include <cmath>

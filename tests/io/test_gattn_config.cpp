@@ -1,4 +1,4 @@
-// The gattn config JSON (SPEC §9): defaults, every vector config, and refusals that name the key.
+// The gattn config JSON (docs/spec.md §9): defaults, every vector config, and refusals that name the key.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -97,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
                       refusal{R"({)" GQA_BASE R"(, "kv_lora_rank": 32})", "'kv_lora_rank' is an MLA key"},
                       refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "qk_norm": "rms"})", "'qk_norm' is a GQA key"},
                       refusal{R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "output_norm": "rms"})", "'output_norm' is a GQA key"},
-                      // SPEC §10 values.
+                      // docs/spec.md §10 values.
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": "fp8"})", "'kv_cache_dtype'=\"fp8\" must be f32, bf16 or f16"},
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": 16})", "kv_cache_dtype"},
                       refusal{R"({)" GQA_BASE R"(, "kv_numerics": "approx"})", "'kv_numerics'=\"approx\" must be exact or fast"},
@@ -129,7 +129,7 @@ TEST(GattnConfig, KvCacheDtypeAndGateRounding) {
   EXPECT_EQ(g.gate.rounding, gattn::gate_rounding::none);
 }
 
-// Every key SPEC §9 names is accepted (so refusing unknown keys refuses nothing documented).
+// Every key docs/spec.md §9 names is accepted (so refusing unknown keys refuses nothing documented).
 TEST(GattnConfig, EveryDocumentedKeyIsAccepted) {
   EXPECT_NO_THROW(parse_gattn_config(json::parse(R"({"attention": "gqa", "hidden_size": 64, "num_attention_heads": 4,
       "num_key_value_heads": 2, "head_dim": 16, "qk_norm": "rms", "rms_norm_eps": 1e-5, "rope_theta": 1e4,

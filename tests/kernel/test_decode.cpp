@@ -1,6 +1,6 @@
 // Tests of the decode path of gattn::fused_sdpa (few query rows per KV head, long caches: dot
 // products along d, token-row-major streaming of all KV heads, key splits merged in split order).
-// Every arch the build targets against the double oracle with the TESTING.md tolerance rule:
+// Every arch the build targets against the double oracle with the tolerance rule of docs/testing.md:
 // t_q in {1, 2, 3} with long t_k, G in {1, 4, 8, 16}, odd head dims, MLA 576/512 with v aliasing
 // k, strided views, rows without keys, and bitwise determinism per thread count (1, 2, 3).
 #include <gtest/gtest.h>

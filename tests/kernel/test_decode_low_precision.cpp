@@ -1,4 +1,4 @@
-// The decode path on K/V stored as bf16/f16 (SPEC §10, exact numerics): against the oracle fed the
+// The decode path on K/V stored as bf16/f16 (docs/spec.md §10, exact numerics): against the oracle fed the
 // same stored values widened (1e-4·max|y_ref|), and against the fp32 kernel on those widened values
 // (widening is exact and the math is the same fp32 math: 1e-6·max|y_ref|, bit for bit without a
 // d % W tail), on every arch.
@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"
@@ -98,7 +98,7 @@ TEST(KernelDecodeLowPrecision, BackendsReadItAndTheBitsMustBeThere) {
   p.k_bits = kb.data();
   p.v_bits = vb.data();
   EXPECT_NO_THROW(gattn::fused_sdpa(p));
-  // The baselines read bf16/f16 views too (widened copies, backend/dense_kv.hpp): same output.
+  // The baselines read bf16/f16 views too (widened copies, baseline/dense_kv.hpp): same output.
   const std::vector<float> fused = out;
   for (auto b : {gattn::sdpa_backend::reference, gattn::sdpa_backend::unfused}) {
     std::fill(out.begin(), out.end(), -1.0f);

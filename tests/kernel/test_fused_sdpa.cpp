@@ -1,11 +1,13 @@
 // Tests of gattn/kernel/fused_sdpa.hpp: every arch the build targets against the double oracle
-// over the TESTING.md sweep (one oracle per problem, reused by every arch), plus the exact and
+// over the docs/testing.md sweep (one oracle per problem, reused by every arch), plus the exact and
 // robustness cases (no-key rows, huge/very negative logits, determinism, concurrency, errors).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "support/kernel_sweep.hpp"
@@ -18,7 +20,7 @@ namespace {
 using gattn::index;
 using kernel_test::problem;
 
-/// Runs `pr` on every arch and checks the TESTING.md rule:
+/// Runs `pr` on every arch and checks the tolerance rule of docs/testing.md:
 ///   max|fast - oracle| <= 2·e_base + 2·ulp32(max|oracle|)  and  |fast - oracle| <= 1e-5 + 1e-5·|oracle|.
 void check_all_archs(problem& pr, const std::vector<double>& ref, double e_base, const std::vector<int>& thread_counts,
                      const std::string& what) {
@@ -64,16 +66,21 @@ const std::vector<index> k_lengths = {1, 2, 3, 11, 17, 63, 64, 65, 113, 127, 128
 const std::vector<index> k_dims = {8, 16, 24, 40, 59, 64, 80, 96, 111, 128, 256};
 const std::vector<std::pair<index, index>> k_heads = {{1, 1}, {6, 1}, {6, 2}, {16, 4}, {27, 1}, {28, 4}, {48, 2}, {65, 5}};
 
-TEST(KernelArch, LogsEveryInstantiation) {
+// The archs every kernel test runs: the default arch first, gattn's scalar arch among them, none
+// twice (and the list is logged with the sweep size).
+TEST(KernelArch, InstantiatesTheDefaultArchFirstAndScalar) {
+  std::vector<std::string> archs;
+  kernel_test::for_each_arch([&](auto arch) { archs.push_back(gattn::arch_name<decltype(arch)>()); });
   std::string names;
-  kernel_test::for_each_arch([&](auto arch) {
-    names += gattn::arch_name<decltype(arch)>() + " ";
-  });
+  for (const std::string& a : archs) names += a + " ";
   std::printf("[ kernel ] default arch %s; instantiated: %s; sweep: %s\n", gattn::default_arch_name().c_str(),
               names.c_str(), kernel_test::to_string(kernel_test::sweep()));
   RecordProperty("kernel_archs", names);
   RecordProperty("kernel_sweep", kernel_test::to_string(kernel_test::sweep()));
-  EXPECT_FALSE(names.empty());
+  ASSERT_FALSE(archs.empty());
+  EXPECT_EQ(archs.front(), gattn::default_arch_name());
+  EXPECT_EQ(std::count(archs.begin(), archs.end(), "scalar"), 1) << names;
+  EXPECT_EQ(std::set<std::string>(archs.begin(), archs.end()).size(), archs.size()) << "an arch twice: " << names;
 }
 
 // T_q x T_k over the whole length list (T_q != T_k included: decode with a cache, chunked

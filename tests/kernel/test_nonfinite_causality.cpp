@@ -1,4 +1,4 @@
-// Causality for every value and overflow that is never read as a mask (SPEC §2.6), at kernel level:
+// Causality for every value and overflow that is never read as a mask (docs/spec.md §2.6), at kernel level:
 // a NaN or ±Inf in the K, V or Q of a token never reaches the rows that cannot see that token, on
 // every arch and path (prefill tiles, interleaved units, split-KV, decode rows, chunked prefill,
 // head-major and MLA-aliased views); scores beyond the fp32 range give a non-finite row or the

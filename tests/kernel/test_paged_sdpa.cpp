@@ -1,4 +1,4 @@
-// The fused kernel on paged K/V views (SPEC §11): blocks in a permuted order, NaN everywhere the
+// The fused kernel on paged K/V views (docs/spec.md §11): blocks in a permuted order, NaN everywhere the
 // table does not point, every path (decode, interleaved, prefill units, split-KV), f32/bf16/f16,
 // GQA groups and MLA's V-inside-K, on every arch: the oracle's output to 1e-4·max|y_ref|, and the
 // contiguous view's output: bitwise when the block size is a multiple of the 64-key tile, else
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gattn/backend/backend.hpp"
+#include "gattn/baseline/sdpa_backend.hpp"
 #include "gattn/kernel/kernel.hpp"
 #include "support/kernel_sweep.hpp"
 #include "support/low_precision.hpp"

@@ -1,5 +1,5 @@
 // The unit paths of the fused kernel (prefill, chunked prefill, interleaved few-row units, key
-// splits) on K/V stored as bf16/f16 (SPEC §10, exact numerics): each tile is widened into the
+// splits) on K/V stored as bf16/f16 (docs/spec.md §10, exact numerics): each tile is widened into the
 // unit's scratch, so the kernel must match the oracle fed the widened stored values
 // (1e-4·max|y_ref|) and the fp32 kernel on those values (same fp32 math), on every arch; a NaN
 // in a key the causal mask hides stays out of every row that cannot see it.

@@ -1,4 +1,4 @@
-// fused_sdpa_batch (SPEC §11): a batch of independent problems (mixed t_q, contexts, paged and
+// fused_sdpa_batch (docs/spec.md §11): a batch of independent problems (mixed t_q, contexts, paged and
 // contiguous, f32 and bf16 views) on one execution context; each output matches the oracle to
 // 1e-4·max|y_ref| and equals that problem run alone (bitwise, on the context the batch gives it),
 // and a batch is deterministic; on every arch.

@@ -17,7 +17,7 @@ set(_mpi_runner ${CMAKE_CURRENT_LIST_DIR}/run_mpi_cli.cmake)
 set(_mpi_env "OMP_NUM_THREADS=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 set(_mpi_data ${CMAKE_CURRENT_LIST_DIR}/../data)
 
-# The rank counts a layer's heads allow (SPEC §12), out of 2, 3, 4; 3 only when 2 is not allowed.
+# The rank counts a layer's heads allow (docs/spec.md §12), out of 2, 3, 4; 3 only when 2 is not allowed.
 function(_gattn_mpi_ranks q kv out)
   set(ranks "")
   foreach(p 2 4)
@@ -117,7 +117,7 @@ foreach(cfg IN LISTS _mpi_configs)
   file(READ ${cfg} json)
   set(tol 1e-4)
   if(name MATCHES "kv_bf16")
-    set(tol 5e-4)  # SPEC §10: a bf16 cache, as tests/tools/test_cli.cpp checks it
+    set(tol 5e-4)  # docs/spec.md §10: a bf16 cache, as tests/tools/test_cli.cpp checks it
   endif()
   if(name MATCHES "_t1$")
     continue()  # one token: no decode to split off (the in-process TensorParallelDelta covers it)

@@ -1,4 +1,4 @@
-// Tensor parallelism (SPEC §12) with P ranks as threads (in_process_group): every GQA and MLA
+// Tensor parallelism (docs/spec.md §12) with P ranks as threads (in_process_group): every GQA and MLA
 // vector, sharded over every P its heads allow, reproduces the float64 output in prefill and decode.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tensor parallelism on random layers with shapes the vectors lack (SPEC §12): 8 query heads over
+// Tensor parallelism on random layers with shapes the vectors lack (docs/spec.md §12): 8 query heads over
 // 4 KV heads, so P = 2 keeps two KV heads per rank and P = 8 replicates them; biases everywhere
 // (o_proj's included), fused gates in both layouts, and G5 gates (mul and add) applied after the sum.
 #include <gtest/gtest.h>

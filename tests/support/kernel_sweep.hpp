@@ -1,5 +1,5 @@
 // Test support for the fused SDPA kernel: random problems over strided buffers, the double oracle
-// (gattn::reference::sdpa), a naive float32 baseline for e_base (TESTING.md tolerance rule), the
+// (gattn::reference::sdpa), a naive float32 baseline for e_base (docs/testing.md, tolerance rule), the
 // list of archs to instantiate, and the sweep size (GATTN_SWEEP = full | reduced | small).
 #pragma once
 
@@ -176,7 +176,7 @@ struct problem {
   }
 };
 
-/// A paged copy of a token-major problem's K and V (SPEC §11): blocks of `block_size` token rows
+/// A paged copy of a token-major problem's K and V (docs/spec.md §11): blocks of `block_size` token rows
 /// (each row as the problem lays it out, pads included) placed in a random permutation of a pool
 /// with spare blocks, every unused element NaN (a read outside the table shows in the output).
 /// Low precision: `type` bf16/f16 stores the bits of the (already rounded, see store_as) values.

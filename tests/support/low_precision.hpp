@@ -1,5 +1,5 @@
 // Test helper for bf16/f16 K/V: the stored bits of a float array, and the float copy made to hold
-// exactly the stored values (what the oracle must be fed, SPEC §10 exact numerics).
+// exactly the stored values (what the oracle must be fed, docs/spec.md §10 exact numerics).
 #pragma once
 
 #include <cstdint>

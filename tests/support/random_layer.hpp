@@ -1,4 +1,4 @@
-// Random weights for any gqa_config, named as SPEC §9 expects (tests build layers without files).
+// Random weights for any gqa_config, named as docs/spec.md §9 expects (tests build layers without files).
 #pragma once
 
 #include <cmath>

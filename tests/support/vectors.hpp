@@ -1,4 +1,4 @@
-// Loads one reference vector case (SPEC §9): config, fp32 weights, x, and the float64 expectations.
+// Loads one reference vector case (docs/spec.md §9): config, fp32 weights, x, and the float64 expectations.
 #pragma once
 
 #include <string>

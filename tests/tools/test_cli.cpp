@@ -14,60 +14,26 @@
 #include <vector>
 
 #include "gattn/io/safetensors.hpp"
+#include "support/cli_harness.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_cli {
-
-#ifndef GATTN_CLI_PATH
-#define GATTN_CLI_PATH ""
-#endif
-// Shell words put before the CLI's path: the cross-compiling emulator when there is one.
-#ifndef GATTN_CLI_LAUNCHER
-#define GATTN_CLI_LAUNCHER ""
-#endif
 
 namespace {
 
 namespace fs = std::filesystem;
 namespace test = gattn::test;
 
-struct cli_result {
-  int status = -1;
-  std::string out, err;
-};
-
-fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("gattn_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-cli_result run_cli(const std::string& args) {
-  const fs::path out = scratch_dir() / "stdout.txt", err = scratch_dir() / "stderr.txt";
-  const std::string cmd = std::string(GATTN_CLI_LAUNCHER) + "'" + GATTN_CLI_PATH + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
-  const int raw = std::system(cmd.c_str());
-  cli_result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using cli_test::cli_result;
+using cli_test::run_cli;
+using cli_test::scratch_dir;
+using cli_test::slurp;
 
 class CliRun : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP() << "built without the CLI";
+    if (!cli_test::cli_built()) GTEST_SKIP() << "built without the CLI";
   }
 };
 
@@ -111,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Vectors, CliRun, ::testing::ValuesIn(all_vectors()),
                          [](const auto& info) { return info.param; });
 
 TEST(Cli, RunWritesStatisticsMatchingTheVector) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string st = test::data_path("gqa_g1_elementwise_sigmoid.safetensors");
   const fs::path out = scratch_dir() / "stats_y.safetensors", stats = scratch_dir() / "stats.json";
   const auto r = run_cli("run --config '" + test::data_path("gqa_g1_elementwise_sigmoid.config.json") + "' --weights '" +
@@ -127,7 +93,7 @@ TEST(Cli, RunWritesStatisticsMatchingTheVector) {
 }
 
 TEST(Cli, CostPrintsThePaperTable1Numbers) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   struct row { const char* gate; const char* expected; };
   const row rows[] = {{R"("gate": {"position": "G1", "granularity": "elementwise"})", "201,326,592"},
                       {R"("gate": {"position": "G1", "granularity": "headwise"})", "1,572,864"},
@@ -144,7 +110,7 @@ TEST(Cli, CostPrintsThePaperTable1Numbers) {
 }
 
 TEST(Cli, InfoNamesArchAndTensors) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const auto r = run_cli("info --weights '" + test::data_path("gqa_plain.safetensors") + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("simd arch:"));
@@ -153,7 +119,7 @@ TEST(Cli, InfoNamesArchAndTensors) {
 }
 
 TEST(Cli, BadInputIsOneClearLineAndNonZeroStatus) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const fs::path junk = scratch_dir() / "junk.bin";
   std::ofstream(junk) << "this is not a safetensors file at all";
   const fs::path bad_cfg = scratch_dir() / "bad.json";
@@ -192,7 +158,7 @@ cli_result run_plain(const std::string& extra) {
 }
 
 TEST(Cli, HelpAndVersionExitZero) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const auto v = run_cli("--version");
   EXPECT_EQ(v.status, 0);
   EXPECT_THAT(v.out, ::testing::MatchesRegex("gattn [^ \n]+\n"));
@@ -207,7 +173,7 @@ TEST(Cli, HelpAndVersionExitZero) {
 }
 
 TEST(Cli, UsageErrorIsOneLinePointingToHelp) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   struct bad { std::string args, word, help; };
   const bad cases[] = {{"", "missing command", "'gattn --help'"},
                        {"frobnicate", "unknown command 'frobnicate'", "'gattn --help'"},
@@ -232,7 +198,7 @@ TEST(Cli, UsageErrorIsOneLinePointingToHelp) {
 }
 
 TEST(Cli, UnknownConfigKeyExitsOneNamingIt) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const fs::path cfg = scratch_dir() / "typo.json";
   std::ofstream(cfg) << R"({"hidden_size": 32, "num_attention_heads": 2, "num_attention_head": 2, "head_dim": 16})";
   const auto r = run_cli("cost --config '" + cfg.string() + "'");
@@ -243,7 +209,7 @@ TEST(Cli, UnknownConfigKeyExitsOneNamingIt) {
 }
 
 TEST(Cli, SummaryLineOnStderrUnlessQuiet) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const fs::path out = scratch_dir() / "summary_y.safetensors";
   const auto r = run_plain("--output '" + out.string() + "' --decode-from 5");
   ASSERT_EQ(r.status, 0) << r.err;
@@ -258,7 +224,7 @@ TEST(Cli, SummaryLineOnStderrUnlessQuiet) {
 }
 
 TEST(Cli, CheckFailsAboveToleranceOrWithoutY) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const auto strict = run_plain("--check --tol 1e-30 --quiet");
   EXPECT_EQ(strict.status, 1);
   EXPECT_THAT(strict.out, ::testing::HasSubstr("FAILED"));
@@ -279,7 +245,7 @@ TEST(Cli, CheckFailsAboveToleranceOrWithoutY) {
 }
 
 TEST(Cli, FailedWriteFailsTheRun) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   const fs::path out = scratch_dir() / "full_y.safetensors";
   for (const std::string& opts : {"--output '" + out.string() + "' --stats /dev/full", std::string("--output /dev/full")}) {
@@ -293,7 +259,7 @@ TEST(Cli, FailedWriteFailsTheRun) {
 }
 
 TEST(Cli, OutputPathsAreCheckedBeforeComputing) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const fs::path out = scratch_dir() / "early_y.safetensors";
   fs::remove(out);
   struct bad { std::string opts, word; };
@@ -312,16 +278,16 @@ TEST(Cli, OutputPathsAreCheckedBeforeComputing) {
 }
 
 TEST(Cli, KvOptionsAreAccepted) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
-  // --kv-numerics is parsed but no layer takes fast numerics yet; the tolerance is SPEC §10's for fast.
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  // --kv-numerics is parsed but no layer takes fast numerics yet; the tolerance is docs/spec.md §10's for fast.
   const auto r = run_plain("--check --tol 1e-2 --quiet --kv-dtype bf16 --kv-numerics fast --decode-from 4");
   EXPECT_EQ(r.status, 0) << r.err;
 }
 
-// The low-precision cache vectors pass at SPEC §10's layer tolerances only when the cache really
+// The low-precision cache vectors pass at docs/spec.md §10's layer tolerances only when the cache really
 // stores their dtype: overriding it to f32 misses (bf16 by ~2e-3, f16 by ~2e-4 of max|y_ref|).
 TEST(Cli, KvCacheVectorsNeedTheirCacheDtype) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   struct kv_case { const char* name; const char* tol; };
   for (const kv_case c : {kv_case{"gqa_kv_bf16", "5e-4"}, kv_case{"gqa_kv_f16", "1e-4"}, kv_case{"mla_kv_bf16", "5e-4"}}) {
     const std::string st = test::data_path(std::string(c.name) + ".safetensors");
@@ -337,7 +303,7 @@ TEST(Cli, KvCacheVectorsNeedTheirCacheDtype) {
 }
 
 TEST(Cli, WrongPrefixNamesPrefixFileAndPrefixesPresent) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string dir = test::data_path("hf_qwen3_next");
   const auto r = run_cli("run --check --config '" + dir + "/config.json' --weights '" + dir +
                          "/model.safetensors' --input '" + dir + "/io.safetensors' --prefix model.layers.1.self_attn.");
@@ -350,7 +316,7 @@ TEST(Cli, WrongPrefixNamesPrefixFileAndPrefixesPresent) {
 // tests/data/hf_qwen3_next: 8 layers, full_attention_interval 4, so layers 3 and 7 are full attention;
 // the checkpoint holds layer 3 (io.safetensors' metadata prefix).
 TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string dir = test::data_path("hf_qwen3_next");
   const std::string base = "run --check --quiet --config '" + dir + "/config.json' --weights '" + dir +
                            "/model.safetensors' --input '" + dir + "/io.safetensors' --layer ";
@@ -369,7 +335,7 @@ TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
 }
 
 TEST(Cli, CostCountsEveryLayerKind) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   // Qwen3-Next: 2 full-attention layers (3, 7) and 6 Gated DeltaNet layers, each kind counted, then
   // the model's totals with the memory one sequence holds.
   const std::string hybrid = test::data_path("hf_qwen3_next_linear/config.json");
@@ -398,7 +364,7 @@ namespace {
 class CliHuggingFace : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CliHuggingFace, ReproducesCheckpointInPrefillAndDecode) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string dir = test::data_path(GetParam());
   const auto y_ref = gattn::io::safetensors_file::open(dir + "/io.safetensors").read_f64("y");
   for (const std::string mode : {"", "--decode-from 0", "--decode-from 6", "--reference"}) {
@@ -423,7 +389,7 @@ namespace {
 
 // --weights takes a checkpoint directory: here the shards of hf_qwen3_next written with an index.
 TEST(CliCheckpoint, WeightsDirectoryOfShardsInRunAndInfo) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string src = test::data_path("hf_qwen3_next");
   const auto single = gattn::io::safetensors_file::open(src + "/model.safetensors");
   const fs::path dir = scratch_dir() / "sharded";
@@ -456,7 +422,7 @@ TEST(CliCheckpoint, WeightsDirectoryOfShardsInRunAndInfo) {
 // Devices and FIFOs never end: each is refused before it is read (exit 1), instead of being read
 // into memory until the machine runs out.
 TEST(CliCheckpoint, EndlessInputsAreRefusedAtOnce) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string dir = test::data_path("hf_qwen3_next");
   const std::string cfg = dir + "/config.json", w = dir + "/model.safetensors", x = dir + "/io.safetensors";
   const fs::path out = scratch_dir() / "endless.y.safetensors";
@@ -478,7 +444,7 @@ TEST(CliCheckpoint, EndlessInputsAreRefusedAtOnce) {
 // `gattn info` names the CPU features gattn's kernels care about twice: those the build was compiled
 // for (the binary needs them) and those this CPU has (/proc/cpuinfo's spelling).
 TEST(Cli, InfoPrintsBuiltAndPresentCpuFeatures) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const auto r = run_cli("info");
   ASSERT_EQ(r.status, 0) << r.err;
   std::string line;
@@ -548,7 +514,7 @@ TEST(Cli, InfoPrintsBuiltAndPresentCpuFeatures) {
 // `gattn cost` prints weight bytes at --weight-dtype (default f32) and cache bytes at the config's
 // kv_cache_dtype, which --kv-dtype overrides.
 TEST(Cli, CostPrintsWeightAndCacheBytesAtTheChosenTypes) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const fs::path cfg = scratch_dir() / "paper15b_bf16.json";
   std::ofstream(cfg) << R"({"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, )"
                      << R"("gate": {"position": "G1", "granularity": "elementwise"}, "kv_cache_dtype": "bf16"})";

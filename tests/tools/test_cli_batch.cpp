@@ -11,17 +11,11 @@
 #include <vector>
 
 #include "gattn/io/safetensors.hpp"
+#include "support/cli_harness.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_cli_batch {
-
-#ifndef GATTN_CLI_PATH
-#define GATTN_CLI_PATH ""
-#endif
-#ifndef GATTN_CLI_LAUNCHER
-#define GATTN_CLI_LAUNCHER ""
-#endif
 
 namespace {
 
@@ -29,38 +23,8 @@ namespace fs = std::filesystem;
 namespace test = gattn::test;
 using index = gattn::index;
 
-struct cli_result {
-  int status = -1;
-  std::string out, err;
-};
-
-fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("gattn_cli_batch_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-cli_result run_cli(const std::string& args) {
-  const fs::path out = scratch_dir() / "stdout.txt", err = scratch_dir() / "stderr.txt";
-  const std::string cmd = std::string(GATTN_CLI_LAUNCHER) + "'" + GATTN_CLI_PATH + "' " + args + " >'" + out.string() +
-                          "' 2>'" + err.string() + "'";
-  const int raw = std::system(cmd.c_str());
-  cli_result r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+using cli_test::run_cli;
+using cli_test::scratch_dir;
 
 std::string join(const std::vector<index>& v) {
   std::string s;
@@ -79,7 +43,7 @@ std::vector<std::string> causal_vectors() {
 class CliBatch : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP() << "built without the CLI";
+    if (!cli_test::cli_built()) GTEST_SKIP() << "built without the CLI";
   }
 };
 
@@ -113,7 +77,7 @@ INSTANTIATE_TEST_SUITE_P(Vectors, CliBatch, ::testing::ValuesIn(causal_vectors()
                          [](const auto& info) { return info.param; });
 
 TEST(CliBatchUsage, BadListsExitTwoWithOneLine) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string st = test::data_path("gqa_plain.safetensors"), cfg = test::data_path("gqa_plain.config.json");
   const index T = gattn::io::safetensors_file::open(st).info("x").shape[0];
   const std::string base = "run --check --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' ";
@@ -141,7 +105,7 @@ TEST(CliBatchUsage, BadListsExitTwoWithOneLine) {
 }
 
 TEST(CliBatchUsage, NonCausalLayerIsRefused) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP();
+  if (!cli_test::cli_built()) GTEST_SKIP();
   const std::string st = test::data_path("gqa_noncausal.safetensors"), cfg = test::data_path("gqa_noncausal.config.json");
   const auto r = run_cli("run --check --config '" + cfg + "' --weights '" + st + "' --input '" + st + "' --batch-lengths 2");
   EXPECT_EQ(r.status, 1) << r.err;

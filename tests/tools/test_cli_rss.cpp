@@ -1,4 +1,4 @@
-// Issue #10's memory bound: `gattn run` of a few tokens over a mapped bf16 Qwen3-Next-shaped layer
+// Weights are used where they are mapped: `gattn run` of a few tokens over a mapped bf16 Qwen3-Next-shaped layer
 // (d 2048, H_q 16, H_kv 2, D 256, gate fused in q_proj; ~52 MB) peaks below 1.6x the checkpoint's
 // bytes + 40 MB of RSS, i.e. no weight is widened or copied; and its output equals the same
 // weights widened to fp32 within 1e-4 * max|y|.
@@ -17,17 +17,11 @@
 
 #include "gattn/io/safetensors.hpp"
 #include "gattn/simd/convert.hpp"
+#include "support/cli_harness.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_cli_rss {
-
-#ifndef GATTN_CLI_PATH
-#define GATTN_CLI_PATH ""
-#endif
-#ifndef GATTN_CLI_LAUNCHER
-#define GATTN_CLI_LAUNCHER ""
-#endif
 
 namespace {
 
@@ -67,7 +61,7 @@ struct fast_values {
 };
 
 TEST(CliRss, MappedBf16QwenNextLayerIsNotCopied) {
-  if (std::string(GATTN_CLI_PATH).empty()) GTEST_SKIP() << "built without the CLI";
+  if (!cli_test::cli_built()) GTEST_SKIP() << "built without the CLI";
   if (!std::string(GATTN_CLI_LAUNCHER).empty()) GTEST_SKIP() << "the CLI runs under an emulator: its RSS is the emulator's";
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "ASan's shadow memory makes RSS meaningless";

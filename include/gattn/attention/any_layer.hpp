@@ -148,7 +148,7 @@ class gated_gqa : public gqa_layer {
 /// An MLA layer whose gate is fixed by the type `Gate` (a G1 gate or no_gate).
 template <class Gate = no_gate>
 class gated_mla : public mla_layer {
-  static_assert(fits_mla<Gate>::value, "an MLA layer has the G1 gate only, from g_proj or a low-rank source (SPEC §3)");
+  static_assert(fits_mla<Gate>::value, "an MLA layer has the G1 gate only, from g_proj or a low-rank source (docs/spec.md §3)");
 
  public:
   using gate_type = Gate;

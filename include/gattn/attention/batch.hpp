@@ -1,4 +1,4 @@
-// What the layers share to run a batch of sequences (SPEC §11): the checks of a batched call, the
+// What the layers share to run a batch of sequences (docs/spec.md §11): the checks of a batched call, the
 // positions of its rows, the f16 range check of new cache rows, and running one SDPA problem per
 // sequence on the caller's threads.
 #pragma once
@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "gattn/attention/sdpa_function.hpp"
-#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
@@ -91,7 +91,7 @@ inline void check_f16_rows(const sequence_cache& c, index seq, const float* rows
 /// Runs `count` independent SDPA problems on `exec`'s threads: when there are at least as many
 /// problems as threads, one problem per task, each serial (a batch of decodes fills the threads);
 /// otherwise one after another, each with all the threads. Deterministic for a fixed batch and
-/// context. The one place a batched kernel entry replaces (issue #11).
+/// context. The one place a batched kernel entry would replace.
 inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index count, const execution_context& exec) {
   const int threads = exec.concurrency();
   if (count < threads || count == 1) {

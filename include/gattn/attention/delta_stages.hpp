@@ -9,7 +9,8 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/activation.hpp"
+#include "gattn/gate/activation.hpp"
+#include "gattn/gate/apply.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/cache/workspace.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/memory.hpp"

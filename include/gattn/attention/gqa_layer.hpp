@@ -1,4 +1,4 @@
-// The gated GQA layer (SPEC §2, §4, §5): one fused projection GEMM, gates, QK-norm, RoPE, KV cache,
+// The gated GQA layer (docs/spec.md §2, §4, §5): one fused projection GEMM, gates, QK-norm, RoPE, KV cache,
 // the fused SDPA-then-gate kernel, o_proj. MHA (H_kv = H_q) and MQA (H_kv = 1) are special cases.
 #pragma once
 
@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/gate_source.hpp"
-#include "gattn/attention/kv_cache.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/gate/source.hpp"
+#include "gattn/cache/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
-#include "gattn/attention/projection.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
-#include "gattn/attention/sequence_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
+#include "gattn/cache/workspace.hpp"
 #include "gattn/attention/sdpa_function.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
@@ -34,7 +35,7 @@ class gqa_layer {
   gqa_layer(const gqa_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const gqa_config& config() const { return cfg_; }
-  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/baseline/ has the others).
   void set_sdpa(sdpa_function f) { sdpa_ = f; }
 
   /// One whole sequence without a cache: y [T, d] for x [T, d] (positions 0..T-1). Works for
@@ -64,7 +65,7 @@ class gqa_layer {
     prefill(x, cache, y, stats, exec);
   }
 
-  /// A batch of B sequences (SPEC §11): sequence s's new rows are x[cu_seqlens[s], cu_seqlens[s+1])
+  /// A batch of B sequences (docs/spec.md §11): sequence s's new rows are x[cu_seqlens[s], cu_seqlens[s+1])
   /// (prefill chunks and single decode tokens mixed), appended to caches[s] at its own positions;
   /// its outputs go to the same rows of y. One projection GEMM serves all N = cu_seqlens[B] rows;
   /// each sequence attends only to its own cache. Every check (shapes, cu_seqlens, each cache's
@@ -85,7 +86,8 @@ class gqa_layer {
 
  private:
   /// What every call does, decided once from the config: the projection's column layout and
-  /// where the gate acts.
+  /// where the gate acts. Columns of the fused projection output P [T, n_cols]:
+  ///   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
   struct plan {
     index q_width = 0, kv_width = 0, n_cols = 0;
     index col_k = 0, col_v = 0, col_extra = 0;
@@ -112,23 +114,15 @@ class gqa_layer {
     bool gate_at(gate_position where) const { return gated && site == where; }
   };
 
-  index kv_width() const { return cfg_.kv_heads * cfg_.head_dim; }
-
-  // Column layout of the fused projection output P [T, n_cols]:
-  //   [ q: H_q·D | k: H_kv·D | v: H_kv·D | gate scores (separate, fused_q) or g_a (low_rank) ]
-  index col_k() const { return cfg_.q_heads * cfg_.head_dim; }
-  index col_v() const { return col_k() + kv_width(); }
-  index col_extra() const { return col_v() + kv_width(); }
-
   // The layer holds views of `w`'s weights (no copy; biases and norm weights, a few KB, are
   // widened): the memory behind them must outlive the layer unless the views keep it alive, as
   // weight_maps built from fp32 tensors and io::load_weights' views do.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim, G = cfg_.group_size();
     const gate_config& g = cfg_.gate;
-    gate_ = shape_of_gate(cfg_);
+    const gate_shape& gs = plan_.gate;
     const bool fused = g.enabled && g.source == gate_source::fused_q;
-    const index per = gate_.per_head;
+    const index per = gs.per_head;
     const index q_rows = fused ? Hq * (D + per) : Hq * D;
     const weight_view& wq = w.get("q_proj.weight", {q_rows, d});
     const weight_view* bq = w.find("q_proj.bias", {q_rows});
@@ -160,14 +154,12 @@ class gqa_layer {
     if (fused) {
       for (index h = 0; h < Hq; ++h) parts.push_back({wq, u_first(h), per, bq});
     } else if (g.enabled && g.source == gate_source::separate) {
-      parts.push_back({w.get("g_proj.weight", {gate_.scores(), d}), 0, gate_.scores(),
-                       w.find("g_proj.bias", {gate_.scores()})});
+      parts.push_back({w.get("g_proj.weight", {gs.scores(), d}), 0, gs.scores(), w.find("g_proj.bias", {gs.scores()})});
     } else if (g.enabled && g.source == gate_source::low_rank) {
       parts.push_back({w.get("g_a_proj.weight", {g.rank, d}), 0, g.rank, w.find("g_a_proj.bias", {g.rank})});
-      gate_b_ = make_linear(w.get("g_b_proj.weight", {gate_.scores(), g.rank}), w.find("g_b_proj.bias", {gate_.scores()}));
+      gate_b_ = make_linear(w.get("g_b_proj.weight", {gs.scores(), g.rank}), w.find("g_b_proj.bias", {gs.scores()}));
     }
     qkvg_ = linear_map(parts);
-    n_cols_ = qkvg_.out();
     o_ = make_linear(w.get("o_proj.weight", {d, Hq * D}), w.find("o_proj.bias", {d}));
     if (cfg_.qk_norm != norm_kind::none) {
       q_norm_ = w.widened("q_norm.weight", {D});
@@ -189,7 +181,10 @@ class gqa_layer {
     float* P = ws.projections.data();
     qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
     gate_scores u;
-    if (plan_.gated) u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws, stats);
+    if (plan_.gated) {
+      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores);
+      if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
+    }
     pre_sdpa_gates(P, N, u);
     norm_and_rope(P, cu, batch, caches, ws);
     store_keys_and_values(P, cu, batch, caches);
@@ -247,7 +242,7 @@ class gqa_layer {
     }
   }
 
-  // The new K/V rows into each sequence's cache, rounded to its element type (SPEC §10); every
+  // The new K/V rows into each sequence's cache, rounded to its element type (docs/spec.md §10); every
   // sequence's rows are range-checked before any is appended. Without a cache the rows are rounded
   // in place to what a cache would hold, so that forward() and prefill() agree.
   void store_keys_and_values(float* P, const index* cu, index batch, sequence_cache* caches) const {
@@ -302,7 +297,7 @@ class gqa_layer {
   }
 
   // Diagnostics need the SDPA output before the epilogue and the softmax normaliser of every row:
-  // the kernel ran bare; here the same epilogue is applied with the vector ops.
+  // the kernel ran bare; here the kernel's epilogue code is applied to its output.
   void observe_attention(layer_workspace& ws, index count, const sdpa_epilogue& epi, const gate_scores& u,
                          statistics_observer& stats) const {
     index N = 0;
@@ -357,8 +352,6 @@ class gqa_layer {
 
   gqa_config cfg_;
   rope_rotator rope_;
-  gate_shape gate_;
-  index n_cols_ = 0;
   linear_map qkvg_, gate_b_, o_;
   std::vector<float> q_norm_, k_norm_, o_norm_;
   sdpa_function sdpa_ = &kernel_sdpa;

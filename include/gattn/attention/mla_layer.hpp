@@ -1,4 +1,4 @@
-// The gated MLA layer (SPEC §3): DeepSeek-style latent KV with a cache of d_c + d_rope values per
+// The gated MLA layer (docs/spec.md §3): DeepSeek-style latent KV with a cache of d_c + d_rope values per
 // token, the weight-absorbed path for decode, the expanded path for long prefill, and the G1 gate.
 #pragma once
 
@@ -7,20 +7,20 @@
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
-#include "gattn/attention/epilogue.hpp"
-#include "gattn/attention/gate_source.hpp"
-#include "gattn/attention/kv_cache.hpp"
 #include "gattn/attention/observe.hpp"
-#include "gattn/attention/projection.hpp"
 #include "gattn/attention/rope.hpp"
-#include "gattn/attention/sequence_cache.hpp"
 #include "gattn/attention/sdpa_function.hpp"
+#include "gattn/cache/kv_cache.hpp"
+#include "gattn/cache/sequence_cache.hpp"
+#include "gattn/cache/workspace.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/diagnostics/statistics.hpp"
 #include "gattn/gate/gate.hpp"
+#include "gattn/gate/source.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
+#include "gattn/linalg/linear_map.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
@@ -32,7 +32,7 @@ class mla_layer {
   mla_layer(const mla_config& cfg, const weight_map& w) : cfg_(validated(cfg)), rope_(cfg_.rope) { load(w); }
 
   const mla_config& config() const { return cfg_; }
-  /// The SDPA implementation calls use (default: the fused kernel; gattn/backend/ has the others).
+  /// The SDPA implementation calls use (default: the fused kernel; gattn/baseline/ has the others).
   void set_sdpa(sdpa_function f) { sdpa_ = f; }
   /// Forces the absorbed or the expanded form (default: chosen per call).
   void set_form(mla_form f) { form_ = f; }
@@ -79,7 +79,7 @@ class mla_layer {
     prefill(x, cache, y, stats, exec);
   }
 
-  /// A batch of B sequences (SPEC §11), as gqa_layer::step: rows x[cu_seqlens[s], cu_seqlens[s+1])
+  /// A batch of B sequences (docs/spec.md §11), as gqa_layer::step: rows x[cu_seqlens[s], cu_seqlens[s+1])
   /// continue caches[s] (a latent cache each); one projection GEMM over all rows; the form
   /// (absorbed or expanded) is chosen per sequence. Nothing is appended unless every check passes.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
@@ -93,13 +93,16 @@ class mla_layer {
     if (N == 0) return;
     prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
     float* P = ws.projections.data();
-    first_.apply(x.data, N, x.row_stride, P, n_cols_, exec);
+    first_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
     float* q = ws.scratch.data();  // [N, H, d_nope + d_rope]
     queries(P, N, q, exec);
     latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
     store_latent(ws.latent.data(), cu_seqlens, batch, caches);
     gate_scores u;
-    if (cfg_.gate.enabled) u = resolve_gate_scores(cfg_.gate, gate_, P + col_extra(), n_cols_, N, gate_b_, ws, stats);
+    if (cfg_.gate.enabled) {
+      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores);
+      if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
+    }
     attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
     post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
     o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec);
@@ -120,20 +123,33 @@ class mla_layer {
   index latent_width() const { return cfg_.kv_lora_rank + cfg_.qk_rope_head_dim; }
   index qk() const { return cfg_.qk_head_dim(); }
 
-  // Columns of the first projection P [T, n_cols] over x:
-  //   [ q_a (r_q) or q (H·(d_nope+d_rope)) | kv_a: c (d_c), k_rope (d_rope) | gate scores or g_a ]
-  index q_cols() const { return cfg_.q_lora_rank > 0 ? cfg_.q_lora_rank : cfg_.heads * qk(); }
-  index col_kva() const { return q_cols(); }
-  index col_extra() const { return q_cols() + latent_width(); }
+  /// The first projection's column layout, decided once from the config, and the gate's shape.
+  /// Columns of the first projection P [T, n_cols] over x:
+  ///   [ q_a (r_q) or q (H·(d_nope+d_rope)) | kv_a: c (d_c), k_rope (d_rope) | gate scores or g_a ]
+  struct plan {
+    index col_kva = 0, col_extra = 0, n_cols = 0;
+    gate_shape gate;
+
+    static plan of(const mla_config& c) {
+      plan p;
+      p.col_kva = c.q_lora_rank > 0 ? c.q_lora_rank : c.heads * c.qk_head_dim();
+      p.col_extra = p.col_kva + c.kv_lora_rank + c.qk_rope_head_dim;
+      p.gate = shape_of_gate(c);
+      index extra = 0;
+      if (c.gate.enabled && c.gate.source == gate_source::low_rank) extra = c.gate.rank;
+      else if (c.gate.enabled) extra = p.gate.scores();  // g_proj's rows
+      p.n_cols = p.col_extra + extra;
+      return p;
+    }
+  };
 
   // The projections hold views of `w`'s weights (no copy), so the memory behind them must outlive
   // the layer unless the views keep it alive (weight_maps of fp32 tensors and io::load_weights'
   // views do). Norm weights and biases are widened (small). W_uk/W_uv of the absorbed form are
-  // views of kv_b_proj's row blocks too, used in their stored dtype (issue #10).
+  // views of kv_b_proj's row blocks too, used in their stored dtype.
   void load(const weight_map& w) {
     const index d = cfg_.hidden, H = cfg_.heads, dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim;
     const index dc = cfg_.kv_lora_rank;
-    gate_ = shape_of_gate(cfg_);
     std::vector<weight_segment> parts;  // stacked into `first_`
     if (cfg_.q_lora_rank > 0) {
       parts.push_back({w.get("q_a_proj.weight", {cfg_.q_lora_rank, d}), 0, -1, w.find("q_a_proj.bias", {cfg_.q_lora_rank})});
@@ -146,14 +162,14 @@ class mla_layer {
                      w.find("kv_a_proj_with_mqa.bias", {latent_width()})});
     kv_a_norm_ = w.widened("kv_a_layernorm.weight", {dc});
     const gate_config& g = cfg_.gate;
+    const index scores = plan_.gate.scores();
     if (g.enabled && g.source == gate_source::low_rank) {
       parts.push_back({w.get("g_a_proj.weight", {g.rank, d}), 0, -1, w.find("g_a_proj.bias", {g.rank})});
-      gate_b_ = make_linear(w.get("g_b_proj.weight", {gate_.scores(), g.rank}), w.find("g_b_proj.bias", {gate_.scores()}));
+      gate_b_ = make_linear(w.get("g_b_proj.weight", {scores, g.rank}), w.find("g_b_proj.bias", {scores}));
     } else if (g.enabled) {
-      parts.push_back({w.get("g_proj.weight", {gate_.scores(), d}), 0, -1, w.find("g_proj.bias", {gate_.scores()})});
+      parts.push_back({w.get("g_proj.weight", {scores, d}), 0, -1, w.find("g_proj.bias", {scores})});
     }
     first_ = linear_map(parts);
-    n_cols_ = first_.out();
     const weight_view& kvb = w.get("kv_b_proj.weight", {H * (dn + dv), dc});
     const weight_view* kvb_bias = w.find("kv_b_proj.bias", {H * (dn + dv)});
     kv_b_ = make_linear(kvb, kvb_bias);
@@ -172,7 +188,7 @@ class mla_layer {
   // Buffers whose size follows the rows of the call.
   void fit_rows(layer_workspace& ws, index N, index batch, bool stats) const {
     const index H = cfg_.heads, dv = cfg_.v_head_dim;
-    layer_workspace::fit(ws.projections, N * n_cols_);
+    layer_workspace::fit(ws.projections, N * plan_.n_cols);
     layer_workspace::fit(ws.scratch, N * H * qk() + (stats ? N * H * dv : 0));
     layer_workspace::fit(ws.latent, N * latent_width());
     layer_workspace::fit(ws.gated, N * H * dv);
@@ -180,10 +196,10 @@ class mla_layer {
     layer_workspace::fit(ws.problems, batch);
     layer_workspace::fit(ws.flags, batch);
     if (cfg_.gate.enabled && cfg_.gate.source == gate_source::low_rank)
-      layer_workspace::fit(ws.gate_scores, N * gate_.scores());
+      layer_workspace::fit(ws.gate_scores, N * plan_.gate.scores());
     if (stats) {
       layer_workspace::fit(ws.lse, N * H);
-      layer_workspace::fit(ws.activated, N * gate_.scores());
+      layer_workspace::fit(ws.activated, N * plan_.gate.scores());
     }
   }
   // The expanded form's keys and values of `t_k` tokens, and the widened latent they come from.
@@ -213,12 +229,12 @@ class mla_layer {
 
   // q [N, H, d_nope + d_rope]: from q_b over the normalised q_a, or the first projection's columns.
   void queries(float* P, index N, float* q, const execution_context& exec) const {
-    const index HQ = cfg_.heads * qk();
+    const index HQ = cfg_.heads * qk(), stride = plan_.n_cols;
     if (cfg_.q_lora_rank > 0) {
-      for (index t = 0; t < N; ++t) rms_norm(P + t * n_cols_, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
-      q_b_.apply(P, N, n_cols_, q, HQ, exec);
+      for (index t = 0; t < N; ++t) rms_norm(P + t * stride, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
+      q_b_.apply(P, N, stride, q, HQ, exec);
     } else {
-      for (index t = 0; t < N; ++t) std::copy_n(P + t * n_cols_, HQ, q + t * HQ);
+      for (index t = 0; t < N; ++t) std::copy_n(P + t * stride, HQ, q + t * HQ);
     }
   }
 
@@ -233,7 +249,7 @@ class mla_layer {
       const index pos0 = caches[s].size();
       for (index t = cu[s]; t < cu[s + 1]; ++t) {
         float* row = ws.latent.data() + t * L;
-        std::copy_n(P + t * n_cols_ + col_kva(), L, row);
+        std::copy_n(P + t * plan_.n_cols + plan_.col_kva, L, row);
         rms_norm(row, kv_a_norm_.data(), dc, float(cfg_.rms_norm_eps), false);
         if (rope_.active()) rope_.angles(pos0 + t - cu[s], cos, sin);
         rope_.rotate(row + dc, cos, sin);
@@ -243,7 +259,7 @@ class mla_layer {
   }
 
   // Every sequence's rows are range-checked (f16 caches) before any is appended; each cache rounds
-  // its rows to its element type (SPEC §10).
+  // its rows to its element type (docs/spec.md §10).
   void store_latent(const float* latent, const index* cu, index batch, sequence_cache* caches) const {
     const index L = latent_width();
     for (index s = 0; s < batch; ++s)
@@ -319,7 +335,7 @@ class mla_layer {
   void absorbed_output(const sdpa_params& p, index first, layer_workspace& ws, statistics_observer* stats) const {
     const index H = cfg_.heads, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
     float* o = ws.gated.data() + first * H * dv;
-    // Per head on the calling thread, as before: the heads' maps are small.
+    // Per head on the calling thread: the heads' maps are small.
     static const execution_context serial = execution_context::serial();
     for (index h = 0; h < H; ++h) w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial);
     if (stats) observe_first_token_attention(p, *stats);
@@ -370,7 +386,7 @@ class mla_layer {
     e.gate_scores = u.data + first * u.token_stride;
     e.gate_token_stride = u.token_stride;
     e.gate_head_stride = u.head_stride;
-    e.gate_headwise = gate_.per_head == 1;
+    e.gate_headwise = plan_.gate.per_head == 1;
     e.gate_activation = g.activation;
     e.gate_combine = g.combine;
     e.gate_rounding = g.rounding;
@@ -390,7 +406,7 @@ class mla_layer {
     for (index s = 0; s < batch; ++s) {
       if (!stats && !ws.flags[std::size_t(s)]) continue;  // expanded: gated in the kernel
       const gate_scores us{u.data + cu[s] * u.token_stride, u.token_stride, u.head_stride};
-      apply_gate_rows(o + cu[s] * width, cu[s + 1] - cu[s], width, cfg_.v_head_dim, gate_, us, g.activation, g.combine,
+      apply_gate_rows(o + cu[s] * width, cu[s + 1] - cu[s], width, cfg_.v_head_dim, plan_.gate, us, g.activation, g.combine,
                       g.rounding);
     }
     if (sparsity) stats->add_sdpa_and_gated(before, o, cu[batch] * width);
@@ -398,8 +414,6 @@ class mla_layer {
 
   mla_config cfg_;
   rope_rotator rope_;
-  gate_shape gate_;
-  index n_cols_ = 0;
   linear_map first_, q_b_, kv_b_, gate_b_, o_;
   std::vector<float> q_a_norm_, kv_a_norm_;
   std::vector<transposed_map> w_uk_;  // per head, views of kv_b_proj
@@ -407,6 +421,7 @@ class mla_layer {
   bool absorbable_ = true;
   sdpa_function sdpa_ = &kernel_sdpa;
   mla_form form_ = mla_form::automatic;
+  plan plan_ = plan::of(cfg_);
 };
 
 }  // namespace gattn

@@ -1,10 +1,15 @@
-// Feeds a statistics_observer from one kernel call: the attention each new query gives token 0.
+// Feeds a statistics_observer from a layer call: the activated gate values, and from one kernel
+// call the attention each new query gives token 0.
 #pragma once
 
 #include <cmath>
 #include <vector>
 
+#include "gattn/cache/workspace.hpp"
+#include "gattn/core/config.hpp"
 #include "gattn/diagnostics/statistics.hpp"
+#include "gattn/gate/gate.hpp"
+#include "gattn/gate/shape.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
 
 namespace gattn {
@@ -17,6 +22,15 @@ inline float stored_key(const sdpa_params& p, index at) {
     case storage_type::f32: break;
   }
   return p.k[at];
+}
+
+/// Reports the activated values of the gate scores u of `tokens` rows to `stats` (they are
+/// computed into ws.activated).
+inline void observe_gate_values(const gate_config& g, const gate_shape& shape, const gate_scores& u, index tokens,
+                                layer_workspace& ws, statistics_observer& stats) {
+  layer_workspace::fit(ws.activated, tokens * shape.scores());
+  activated_gate_values(ws.activated.data(), tokens, shape, u, g.activation);
+  stats.add_gate(ws.activated.data(), tokens * shape.scores());
 }
 
 /// p_{i,0} = exp(scale·q_i·k_0 − lse_i) for every query row and head of `p` (which must have run

@@ -1,4 +1,4 @@
-// Rotary position embedding (SPEC §2.4): cos/sin of a position and the neox / interleaved
+// Rotary position embedding (docs/spec.md §2.4): cos/sin of a position and the neox / interleaved
 // rotation of head vectors. The frequencies come from core/rope_frequencies.hpp.
 #pragma once
 

@@ -1,5 +1,5 @@
 // What a layer calls to run attention. The fused kernel by default; the CLI and the tests substitute
-// the float64 oracle or the unfused baseline (gattn/backend/) without the layers including them.
+// the float64 oracle or the unfused baseline (gattn/baseline/) without the layers including them.
 #pragma once
 
 #include "gattn/kernel/fused_sdpa.hpp"

@@ -1,4 +1,4 @@
-// Layer configurations (SPEC.md §2-§4, §9) as plain structs, with validation.
+// Layer configurations (docs/spec.md §2-§4, §9) as plain structs, with validation.
 #pragma once
 
 #include <cmath>
@@ -48,7 +48,7 @@ inline bool is_nonnegative_float(double v) { return v >= 0 && v <= double(std::n
 
 }  // namespace detail
 
-/// Where the gate applies (SPEC §4): G1 SDPA output, G2 value, G3 key, G4 query, G5 o_proj output.
+/// Where the gate applies (docs/spec.md §4): G1 SDPA output, G2 value, G3 key, G4 query, G5 o_proj output.
 enum class gate_position { g1, g2, g3, g4, g5 };
 /// One gate score per channel, or one per head broadcast over its channels.
 enum class granularity { elementwise, headwise };
@@ -61,16 +61,16 @@ enum class gate_source { separate, low_rank, fused_q };
 /// Layout of fused_q gate scores inside q_proj's output.
 enum class fused_layout { per_head, per_kv_group };
 enum class norm_kind { none, rms, rms_zero_centered };
-/// How an MLA layer forms attention (SPEC §3): over per-head keys (expanded) or over the latent
+/// How an MLA layer forms attention (docs/spec.md §3): over per-head keys (expanded) or over the latent
 /// cache with W_uk / W_uv absorbed (absorbed); `automatic` lets the layer choose per call.
 enum class mla_form { automatic, absorbed, expanded };
 enum class rope_style { neox, interleaved, none };
-/// Element type of stored values (SPEC §10): KV caches, and weights used in place.
+/// Element type of stored values (docs/spec.md §10): KV caches, and weights used in place.
 enum class storage_type { f32, bf16, f16 };
-/// SPEC §10: `exact` widens stored K/V to fp32 for every product; `fast` may also round scale·q and
+/// docs/spec.md §10: `exact` widens stored K/V to fp32 for every product; `fast` may also round scale·q and
 /// the probabilities to the cache type to use dot-product instructions (fp32 accumulation still).
 enum class kv_numerics { exact, fast };
-/// SPEC §10: `bf16` reproduces an unfused bf16 `o * sigmoid(u)` bit for bit (Kimi K3 serving).
+/// docs/spec.md §10: `bf16` reproduces an unfused bf16 `o * sigmoid(u)` bit for bit (Kimi K3 serving).
 enum class gate_rounding { none, bf16 };
 
 /// Gate description; `enabled == false` means no gate at all.
@@ -87,7 +87,7 @@ struct gate_config {
   gattn::gate_rounding rounding = gate_rounding::none;
 };
 
-/// YaRN context extension (SPEC §2.4). `factor <= 0` (the default) means no scaling.
+/// YaRN context extension (docs/spec.md §2.4). `factor <= 0` (the default) means no scaling.
 struct rope_scaling_config {
   bool yarn = false;
   double factor = 1.0;
@@ -107,7 +107,7 @@ struct rope_config {
   rope_scaling_config scaling;
 };
 
-/// GQA layer (MHA: kv_heads == q_heads, MQA: kv_heads == 1). SPEC §2.
+/// GQA layer (MHA: kv_heads == q_heads, MQA: kv_heads == 1). docs/spec.md §2.
 struct gqa_config {
   index hidden = 0;
   index q_heads = 0;
@@ -121,14 +121,14 @@ struct gqa_config {
   bool causal = true;
   double attention_scale = 0;  ///< 0 = 1/sqrt(head_dim)
   gate_config gate;
-  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
-  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (SPEC §10)
+  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
+  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
 
   index group_size() const { return q_heads / kv_heads; }
   double scale() const { return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim)); }
 };
 
-/// MLA layer (DeepSeek-V2/V3 naming). SPEC §3.
+/// MLA layer (DeepSeek-V2/V3 naming). docs/spec.md §3.
 struct mla_config {
   index hidden = 0;
   index heads = 0;
@@ -142,8 +142,8 @@ struct mla_config {
   bool causal = true;
   double attention_scale = 0;  ///< 0 = 1/sqrt(d_nope + d_rope)
   gate_config gate;
-  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (SPEC §9, §10)
-  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (SPEC §10)
+  storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
+  gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   double scale() const {
@@ -151,7 +151,7 @@ struct mla_config {
   }
 };
 
-/// Which gated delta-rule layer (SPEC §13): Qwen3-Next's Gated DeltaNet (one decay per value head,
+/// Which gated delta-rule layer (docs/spec.md §13): Qwen3-Next's Gated DeltaNet (one decay per value head,
 /// fused in_proj_qkvz / in_proj_ba, SiLU output gate) or Kimi's KDA (one decay per key channel,
 /// separate projections and convolutions, sigmoid output gate).
 enum class delta_kind { gated_deltanet, kda };
@@ -159,7 +159,7 @@ enum class delta_kind { gated_deltanet, kda };
 /// (Kimi Linear); `lower_bound` g = L·σ(exp(A_log)·(f + dt_bias)) with L in [−5, 0) (Kimi K3).
 enum class decay_form { softplus, lower_bound };
 
-/// A gated delta-rule layer (SPEC §13). The recurrent state is fp32 [value_heads, key_head_dim,
+/// A gated delta-rule layer (docs/spec.md §13). The recurrent state is fp32 [value_heads, key_head_dim,
 /// value_head_dim] per sequence; value head h reads key head h / (value_heads / key_heads).
 struct delta_config {
   delta_kind kind = delta_kind::gated_deltanet;

@@ -1,8 +1,8 @@
 // The CPU's vendor, and the process-wide kernel choices that depend on it.
 //
 // Two decode-path choices measured opposite on the two x86 machines gattn is benchmarked on
-// (README, Performance): the software prefetch through the K/V cache (kernel/prefetch.hpp) and
-// the bf16 dot products of SPEC §10's fast numerics (simd/bf16_dot.hpp). On AMD Zen 5 both paid;
+// (docs/performance.md): the software prefetch through the K/V cache (kernel/cache_stream.hpp) and
+// the bf16 dot products of docs/spec.md §10's fast numerics (simd/bf16_dot.hpp). On AMD Zen 5 both paid;
 // on Intel Emerald Rapids both cost time (the hardware prefetchers already keep the read rate,
 // and vdpbf16ps issues at a quarter of the FMA rate). `automatic` takes each where it paid;
 // `always` / `never` override it for the whole process (benchmarks and tests use them).

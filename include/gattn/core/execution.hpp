@@ -1,4 +1,4 @@
-// How a call may use threads (SPEC §11, issue #11): the caller decides, the library never nests.
+// How a call may use threads (docs/spec.md §11): the caller decides, the library never nests.
 //
 // Every parallel loop in gattn (kernel work units, projection panels, per-row stages) runs through
 // execution_context::parallel_for. Three kinds of context:
@@ -9,6 +9,8 @@
 //     run(body, begin, end) for disjoint ranges covering [0, n) exactly once, on any threads, and
 //     return after all have finished. `concurrency` is how many threads may run at once (work is
 //     split to feed that many).
+// This is the one header of gattn that uses OpenMP: on_this_thread keeps code that would start
+// teams of its own (Eigen's products) on the calling thread.
 #pragma once
 
 #include <algorithm>
@@ -87,5 +89,22 @@ class execution_context {
   void* user_ = nullptr;
   int threads_ = 0;  ///< OpenMP: 0 = default team; custom: concurrency
 };
+
+/// Runs f on the calling thread only, for code that would start OpenMP teams of its own (Eigen's
+/// products do unless they find themselves inside a team of more than one thread). A team of one
+/// whose thread count is set to 1 keeps f here, so a serial context stays serial, a caller's pool
+/// gets no OpenMP teams, and every context splits the work the same way (the same bits).
+template <class F>
+void on_this_thread(F&& f) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(1)
+  {
+    omp_set_num_threads(1);  // this region's own setting: the caller's is unchanged
+    f();
+  }
+#else
+  f();
+#endif
+}
 
 }  // namespace gattn

@@ -2,7 +2,7 @@
 // transparent huge pages when the buffer spans at least one.
 //
 // Why: decode streams the whole cache once per token. With 4 KiB pages the hardware prefetchers
-// stop at every page boundary and every page costs a TLB walk; on the BENCH.md machine a plain
+// stop at every page boundary and every page costs a TLB walk; on the benchmark machine of docs/performance.md a plain
 // read of a 64 MiB buffer runs at about 16 GB/s on 4 KiB pages and 30 GB/s on 2 MiB pages (the
 // kernel's THP mode there is `madvise`, so the request has to be explicit).
 #pragma once

@@ -1,4 +1,4 @@
-// RoPE/YaRN frequencies (SPEC §2.4): the inverse frequency of every rotary pair and the factor cos
+// RoPE/YaRN frequencies (docs/spec.md §2.4): the inverse frequency of every rotary pair and the factor cos
 // and sin are scaled by. In core/ because the config loaders (YaRN softmax scale), validation
 // (derived values must be finite) and the layers' rotation tables all need them.
 #pragma once
@@ -22,7 +22,7 @@ struct rope_frequencies {
   double attention_factor = 1.0;
 };
 
-/// The factor YaRN multiplies cos and sin by (SPEC §2.4): attention_factor when given, else
+/// The factor YaRN multiplies cos and sin by (docs/spec.md §2.4): attention_factor when given, else
 /// m(s, mscale) / m(s, mscale_all_dim) when both are given, else m(s, 1).
 inline double yarn_attention_factor(const rope_scaling_config& s) {
   if (s.attention_factor > 0) return s.attention_factor;

@@ -1,4 +1,4 @@
-// Config validation: every rule of SPEC §2-§4 that a config can break, the size limits of
+// Config validation: every rule of docs/spec.md §2-§4 that a config can break, the size limits of
 // core/config.hpp, and every float that enters fp32 math. Layers validate in their member
 // initialisers (validated()), so nothing is built from a config that fails; the reference layers,
 // the loaders and the KV cache call the same functions.
@@ -165,7 +165,7 @@ inline index values_per_token(const delta_config& c) {
   return 2 * qk + 2 * v + c.value_heads + decay_in + gate_in + std::max(v, c.hidden);
 }
 
-/// Refuses a delta-rule config (SPEC §13) that breaks a rule, naming the config key.
+/// Refuses a delta-rule config (docs/spec.md §13) that breaks a rule, naming the config key.
 inline void validate(const delta_config& c) {
   detail::require_size("hidden_size", c.hidden);
   detail::require_size("num_key_heads", c.key_heads);

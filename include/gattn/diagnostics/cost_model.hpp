@@ -1,4 +1,4 @@
-// Parameter, FLOP and memory counts of one gated attention layer (SPEC §7), for `gattn cost`.
+// Parameter, FLOP and memory counts of one gated attention layer (docs/spec.md §7), for `gattn cost`.
 #pragma once
 
 #include <cmath>
@@ -18,7 +18,7 @@
 
 namespace gattn {
 
-/// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (SPEC §10).
+/// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (docs/spec.md §10).
 inline constexpr std::int64_t bytes_per_value(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
 
 namespace detail {
@@ -53,7 +53,7 @@ struct layer_cost {
   std::vector<projection_cost> norms;        ///< norm weights (q_norm, k_norm, o_norm, latent norms)
   std::int64_t attention_params = 0;         ///< projection parameters that are not the gate's
   std::int64_t norm_params = 0;
-  std::int64_t gate_params = 0;              ///< SPEC §7 "extra gate parameters" for one layer
+  std::int64_t gate_params = 0;              ///< docs/spec.md §7 "extra gate parameters" for one layer
   std::int64_t total_params = 0;             ///< attention + norm + gate
   /// FLOPs one query spends per visible key: GQA 4·D·H_q (q·k and p·v, 2 FLOPs per multiply-add);
   /// MLA per `form`: expanded H·2·(d_nope + d_rope + d_v), absorbed H·2·(2·d_c + d_rope).
@@ -91,7 +91,7 @@ struct layer_cost {
   }
 
   /// Bytes of every weight of the layer (projections, gate and norms) stored as `t`: a checkpoint
-  /// of that type, which the layer reads as stored (SPEC §10), so also the bytes one decode step reads.
+  /// of that type, which the layer reads as stored (docs/spec.md §10), so also the bytes one decode step reads.
   std::int64_t weight_bytes(storage_type t) const {
     return detail::cost_mul(total_params, bytes_per_value(t), "weight bytes");
   }
@@ -128,7 +128,7 @@ inline projection_cost make_projection(std::string name, index rows, index cols,
 
 inline projection_cost make_norm(std::string name, index size) { return make_projection(std::move(name), size, 1); }
 
-/// Scores per token: heads·per_head. A head-shared gate keeps them all in g_proj (SPEC §4), so this
+/// Scores per token: heads·per_head. A head-shared gate keeps them all in g_proj (docs/spec.md §4), so this
 /// is also the row count of g_proj / g_b_proj. Checked: the config may be absurd (`gattn cost`).
 inline std::int64_t gate_score_count(const gate_shape& s) { return cost_mul(s.heads, s.per_head, "gate width"); }
 
@@ -209,9 +209,9 @@ inline std::string bytes_text(double bytes) {
 
 }  // namespace detail
 
-/// Parameter, FLOP and memory counts of one GQA layer (SPEC §2, §4, §7), without biases.
+/// Parameter, FLOP and memory counts of one GQA layer (docs/spec.md §2, §4, §7), without biases.
 /// Throws config_error naming the field when the shape is invalid (H_q % H_kv != 0, a size <= 0,
-/// a gate rule of SPEC §4 broken) or a count overflows int64. RoPE fields are not looked at.
+/// a gate rule of docs/spec.md §4 broken) or a count overflows int64. RoPE fields are not looked at.
 inline layer_cost cost(const gqa_config& c) {
   using detail::require;
   require<config_error>(c.hidden > 0, "hidden_size=", c.hidden, " must be > 0");
@@ -254,7 +254,7 @@ inline layer_cost cost(const gqa_config& c) {
   return out;
 }
 
-/// Parameter, FLOP and memory counts of one MLA layer (SPEC §3), without biases. The KV cache is
+/// Parameter, FLOP and memory counts of one MLA layer (docs/spec.md §3), without biases. The KV cache is
 /// the absorbed latent one (d_c + d_rope per token) in either form; `form` only selects which
 /// attention FLOPs per key are counted (absorbed is what decode runs). Throws config_error naming
 /// the field when the shape is invalid or the gate is not a G1 g_proj / low_rank gate.
@@ -364,81 +364,96 @@ inline layer_cost cost(const delta_config& c) {
   return out;
 }
 
+namespace detail {
+
+/// The report being written: one line per quantity, per layer and × `layers`.
+struct cost_table {
+  std::ostringstream out;
+  std::int64_t layers = 1;
+
+  std::int64_t times_layers(std::int64_t v) const { return cost_mul(v, layers, "count x layers"); }
+  void line(const std::string& label, const std::string& one, const std::string& all) {
+    out << std::left << std::setw(24) << label << std::right << std::setw(32) << one << std::setw(36) << all << "\n";
+  }
+  void count(const std::string& label, std::int64_t v) { line(label, with_commas(v), with_commas(times_layers(v))); }
+  void flops(const std::string& label, double v) { line(label, with_commas(v), with_commas(v * double(layers))); }
+  void bytes(const std::string& label, double v) { line(label, bytes_text(v), bytes_text(v * double(layers))); }
+};
+
+inline void cost_weights(cost_table& t, const layer_cost& c, storage_type weights) {
+  std::ostringstream& out = t.out;
+  out << c.description << "\n\n";
+  out << std::left << std::setw(20) << "weight" << std::right << std::setw(12) << "rows" << std::setw(12) << "cols"
+      << std::setw(18) << "params" << std::setw(18) << "gate params" << "\n";
+  for (const auto* list : {&c.projections, &c.norms})
+    for (const projection_cost& p : *list)
+      out << std::left << std::setw(20) << p.name << std::right << std::setw(12) << with_commas(std::int64_t(p.rows))
+          << std::setw(12) << with_commas(std::int64_t(p.cols)) << std::setw(18) << with_commas(p.params)
+          << std::setw(18) << with_commas(p.gate_params) << "\n";
+  out << "\n";
+  t.line("", "per layer", "x " + with_commas(t.layers) + " layers");
+  t.count("attention params", c.attention_params);
+  t.count("norm params", c.norm_params);
+  t.count("gate params (extra)", c.gate_params);
+  t.count("total params", c.total_params);
+  t.bytes(std::string("weight bytes (") + to_string(weights) + ")", double(c.weight_bytes(weights)));
+}
+
+inline void cost_flops(cost_table& t, const layer_cost& c, index context) {
+  t.out << "\nFLOPs per token at context " << with_commas(std::int64_t(context))
+        << (c.is_mla ? std::string(" (") + to_string(c.form) + " MLA)" : "") << "\n";
+  t.flops("  projections", c.projection_flops_per_token());
+  if (c.is_delta) t.flops("  delta rule", c.recurrence_flops_per_token);
+  else t.flops("  attention", double(context) * c.attention_flops_per_key);
+  t.flops("  gate elementwise", c.gate_flops_per_token);
+  t.flops("  total", c.flops_per_token(context));
+}
+
+/// A softmax layer's KV cache per token (its dtype, then fp32 and bf16), or a delta-rule layer's state.
+inline void cost_memory(cost_table& t, const layer_cost& c, index context) {
+  if (c.is_delta) {
+    t.out << "\nState per sequence (" << with_commas(c.state_values_per_sequence)
+          << " fp32 values per layer, whatever the context)\n";
+    t.bytes("  fp32", double(c.sequence_bytes(context)));
+    return;
+  }
+  const double kv = double(c.kv_cache_values_per_token);
+  t.out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
+        << to_string(c.kv_cache_type) << ")\n";
+  t.bytes(std::string("  ") + to_string(c.kv_cache_type) + " (cache)", double(c.kv_cache_bytes_per_token()));
+  t.bytes("  fp32", kv * 4);
+  t.bytes("  bf16", kv * 2);
+}
+
+inline void cost_activations(cost_table& t, const layer_cost& c, index tokens) {
+  const std::int64_t act = cost_mul(c.gate_activation_values_per_token, tokens, "gate activations x tokens");
+  t.out << "\nGate activations for " << with_commas(std::int64_t(tokens)) << " tokens (" << with_commas(act)
+        << " values per layer, " << with_commas(t.times_layers(act)) << " in all)\n";
+  t.bytes("  fp32", double(act) * 4);
+  t.bytes("  bf16", double(act) * 2);
+}
+
+}  // namespace detail
+
 /// The human-readable table printed by `gattn cost`: per-projection parameters; per-layer and
-/// ×`layers` totals (the gate line is SPEC §7's "extra gate parameters"); FLOPs per token at
+/// ×`layers` totals (the gate line is docs/spec.md §7's "extra gate parameters"); FLOPs per token at
 /// `context` keys; weight bytes with weights stored as `weights`; KV-cache bytes per token at
-/// c.kv_cache_type (then fp32 and bf16 for comparison); gate-activation values and bytes for one
-/// sequence of `tokens` tokens (fp32 and bf16), per layer and × layers. Numbers carry thousands
-/// separators. Throws config_error when layers < 1, context < 0 or tokens < 0.
+/// c.kv_cache_type (then fp32 and bf16 for comparison), or a delta-rule layer's state per sequence;
+/// gate-activation values and bytes for one sequence of `tokens` tokens (fp32 and bf16), per layer
+/// and × layers. Numbers carry thousands separators. Throws config_error when layers < 1,
+/// context < 0 or tokens < 0.
 inline std::string format_cost_report(const layer_cost& c, index layers, index context, index tokens,
                                       storage_type weights = storage_type::f32) {
   detail::require<config_error>(layers >= 1, "cost: layers=", layers, " must be >= 1");
   detail::require<config_error>(context >= 0, "cost: context=", context, " must be >= 0");
   detail::require<config_error>(tokens >= 0, "cost: tokens=", tokens, " must be >= 0");
-  using detail::with_commas;
-  const std::int64_t L = layers;
-  const auto times_layers = [&](std::int64_t v) { return detail::cost_mul(v, L, "count x layers"); };
-
-  std::ostringstream out;
-  out << c.description << "\n\n";
-  out << std::left << std::setw(20) << "weight" << std::right << std::setw(12) << "rows" << std::setw(12) << "cols"
-      << std::setw(18) << "params" << std::setw(18) << "gate params" << "\n";
-  const auto row = [&](const projection_cost& p) {
-    out << std::left << std::setw(20) << p.name << std::right << std::setw(12) << with_commas(std::int64_t(p.rows))
-        << std::setw(12) << with_commas(std::int64_t(p.cols)) << std::setw(18) << with_commas(p.params)
-        << std::setw(18) << with_commas(p.gate_params) << "\n";
-  };
-  for (const projection_cost& p : c.projections) row(p);
-  for (const projection_cost& n : c.norms) row(n);
-
-  const auto line = [&](const char* label, const std::string& one, const std::string& all) {
-    out << std::left << std::setw(24) << label << std::right << std::setw(32) << one << std::setw(36) << all << "\n";
-  };
-  out << "\n";
-  line("", "per layer", "x " + with_commas(L) + " layers");
-  line("attention params", with_commas(c.attention_params), with_commas(times_layers(c.attention_params)));
-  line("norm params", with_commas(c.norm_params), with_commas(times_layers(c.norm_params)));
-  line("gate params (extra)", with_commas(c.gate_params), with_commas(times_layers(c.gate_params)));
-  line("total params", with_commas(c.total_params), with_commas(times_layers(c.total_params)));
-  const std::int64_t wb = c.weight_bytes(weights);
-  const std::string weight_label = std::string("weight bytes (") + to_string(weights) + ")";
-  line(weight_label.c_str(), detail::bytes_text(double(wb)), detail::bytes_text(double(times_layers(wb))));
-
-  const double flops = c.flops_per_token(context);
-  const std::string at = " at context " + with_commas(std::int64_t(context));
-  out << "\nFLOPs per token" << at << (c.is_mla ? std::string(" (") + to_string(c.form) + " MLA)" : "") << "\n";
-  line("  projections", with_commas(c.projection_flops_per_token()),
-       with_commas(c.projection_flops_per_token() * double(L)));
-  if (c.is_delta)
-    line("  delta rule", with_commas(c.recurrence_flops_per_token), with_commas(c.recurrence_flops_per_token * double(L)));
-  else
-    line("  attention", with_commas(double(context) * c.attention_flops_per_key),
-         with_commas(double(context) * c.attention_flops_per_key * double(L)));
-  line("  gate elementwise", with_commas(c.gate_flops_per_token), with_commas(c.gate_flops_per_token * double(L)));
-  line("  total", with_commas(flops), with_commas(flops * double(L)));
-
-  if (c.is_delta) {
-    const std::int64_t st = c.sequence_bytes(context);
-    out << "\nState per sequence (" << with_commas(c.state_values_per_sequence)
-        << " fp32 values per layer, whatever the context)\n";
-    line("  fp32", detail::bytes_text(double(st)), detail::bytes_text(double(times_layers(st))));
-  } else {
-    const double kv = double(c.kv_cache_values_per_token);
-    const std::int64_t kv_bytes = c.kv_cache_bytes_per_token();
-    out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
-        << to_string(c.kv_cache_type) << ")\n";
-    const std::string kv_label = std::string("  ") + to_string(c.kv_cache_type) + " (cache)";
-    line(kv_label.c_str(), detail::bytes_text(double(kv_bytes)), detail::bytes_text(double(times_layers(kv_bytes))));
-    line("  fp32", detail::bytes_text(kv * 4), detail::bytes_text(kv * 4 * double(L)));
-    line("  bf16", detail::bytes_text(kv * 2), detail::bytes_text(kv * 2 * double(L)));
-  }
-
-  const std::int64_t act = detail::cost_mul(c.gate_activation_values_per_token, tokens, "gate activations x tokens");
-  out << "\nGate activations for " << with_commas(std::int64_t(tokens)) << " tokens (" << with_commas(act)
-      << " values per layer, " << with_commas(times_layers(act)) << " in all)\n";
-  line("  fp32", detail::bytes_text(double(act) * 4), detail::bytes_text(double(act) * 4 * double(L)));
-  line("  bf16", detail::bytes_text(double(act) * 2), detail::bytes_text(double(act) * 2 * double(L)));
-  return out.str();
+  detail::cost_table t;
+  t.layers = layers;
+  detail::cost_weights(t, c, weights);
+  detail::cost_flops(t, c, context);
+  detail::cost_memory(t, c, context);
+  detail::cost_activations(t, c, tokens);
+  return t.out.str();
 }
 
 /// The totals of a model made of several kinds of layer (`layer_cost`, count): parameters, weight

@@ -1,4 +1,4 @@
-// The paper's per-layer diagnostics (SPEC §6), from whole arrays or fed chunk by chunk.
+// The paper's per-layer diagnostics (docs/spec.md §6), from whole arrays or fed chunk by chunk.
 #pragma once
 
 #include <cmath>
@@ -14,7 +14,7 @@
 
 namespace gattn {
 
-/// SPEC §6 statistics of one layer on one input. Optional members are absent when they do not
+/// docs/spec.md §6 statistics of one layer on one input. Optional members are absent when they do not
 /// apply (no gate; or not a G1 `mul` gate without output norm for the sparsity fractions).
 ///
 /// Thresholds compare in double, `|x| < τ` with τ = 0.01 or 0.001 as doubles, exactly as the
@@ -29,7 +29,7 @@ struct layer_statistics {
   std::optional<double> gate_mean;            ///< mean activated gate value
   std::optional<double> gate_frac_below_001;  ///< fraction of activated gate values with |g| < 0.01
 
-  /// Fractions of SPEC §6 at one threshold.
+  /// Fractions of docs/spec.md §6 at one threshold.
   struct sparsity {
     double pre_gate = 0;     ///< |sdpa| < τ
     double mean_scaled = 0;  ///< |sdpa · gate_mean| < τ (product first, then abs)
@@ -84,7 +84,7 @@ struct layer_statistics {
   }
 };
 
-/// Accumulates the SPEC §6 statistics while a layer runs, so prefill chunks and decode steps give
+/// Accumulates the docs/spec.md §6 statistics while a layer runs, so prefill chunks and decode steps give
 /// the same numbers as one prefill over the whole sequence (to the rounding of a different
 /// summation split; feeding the same values in the same order gives identical results).
 ///
@@ -94,7 +94,7 @@ struct layer_statistics {
 class statistics_observer {
  public:
   /// p_{i,0} of one query (absolute position `query_pos`) for `heads` query heads. Position 0 is
-  /// skipped (it can only see itself), per SPEC §6. Throws shape_error on a negative position or
+  /// skipped (it can only see itself), per docs/spec.md §6. Throws shape_error on a negative position or
   /// head count, or a null pointer with heads > 0.
   void add_first_token_probs(index query_pos, const float* p_first_per_head, index heads) {
     detail::require<shape_error>(query_pos >= 0 && heads >= 0 && (heads == 0 || p_first_per_head != nullptr),
@@ -127,7 +127,7 @@ class statistics_observer {
   }
 
   /// `n` matching SDPA outputs (before the gate) and gated values (what enters o_proj). Call this
-  /// only for a G1 `mul` gate without output norm, where SPEC §6 defines the sparsity fractions.
+  /// only for a G1 `mul` gate without output norm, where docs/spec.md §6 defines the sparsity fractions.
   void add_sdpa_and_gated(const float* sdpa, const float* gated, index n) {
     check(sdpa, n, "add_sdpa_and_gated (sdpa)");
     check(gated, n, "add_sdpa_and_gated (gated)");
@@ -204,7 +204,7 @@ struct statistics_arrays {
   index sdpa_size = 0;
 };
 
-/// SPEC §6 statistics of one prefill, computed from whole arrays (same numbers as feeding a
+/// docs/spec.md §6 statistics of one prefill, computed from whole arrays (same numbers as feeding a
 /// statistics_observer query by query).
 inline layer_statistics compute_statistics(const statistics_arrays& a) {
   detail::require<shape_error>(a.heads >= 0 && a.tokens >= 0 && (a.heads * a.tokens == 0 || a.probs_first),

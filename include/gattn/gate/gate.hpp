@@ -1,12 +1,11 @@
-// The gate module (SPEC §4): where its scores live, their shape, head sharing, and its application
+// The gate module (docs/spec.md §4): where its scores live, their shape, head sharing, and its application
 // to a target tensor outside the fused kernel (G2-G5, and the MLA gate after W_uv).
 #pragma once
 
 #include "gattn/core/config.hpp"
+#include "gattn/gate/apply.hpp"
 #include "gattn/gate/shape.hpp"
 #include "gattn/simd/arch.hpp"
-#include "gattn/simd/vector_ops.hpp"
-#include "gattn/simd/gate_rounding.hpp"
 
 namespace gattn {
 
@@ -17,7 +16,7 @@ struct gate_scores {
   index head_stride = 0;
 };
 
-/// Head-shared gates average the scores over heads before the activation (SPEC §4). The mean is
+/// Head-shared gates average the scores over heads before the activation (docs/spec.md §4). The mean is
 /// written over head 0's scores in place and the returned view has head stride 0, so every head
 /// reads the same values with no copy.
 inline gate_scores share_over_heads(float* u, index tokens, index token_stride, const gate_shape& s) {

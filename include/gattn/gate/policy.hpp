@@ -18,7 +18,7 @@ template <gate_position Position, granularity Granularity, activation Activation
           fused_layout Layout = fused_layout::per_head, bool Shared = false>
 struct gate {
   static_assert(Source != gate_source::fused_q || Position == gate_position::g1,
-                "a gate fused into q_proj sits at G1 (SPEC §4)");
+                "a gate fused into q_proj sits at G1 (docs/spec.md §4)");
   static_assert(Source != gate_source::fused_q || !Shared, "a head-shared gate cannot be fused into q_proj");
 
   static constexpr gate_position position = Position;
@@ -55,7 +55,7 @@ using paper_headwise_gate = gate<gate_position::g1, granularity::headwise, activ
 using paper_elementwise_gate = gate<gate_position::g1, granularity::elementwise, activation::sigmoid, combine::mul,
                                     gate_source::fused_q, fused_layout::per_kv_group>;
 
-/// Whether an MLA layer can carry `Gate`: MLA has the G1 gate only, never fused into q_proj (SPEC §3).
+/// Whether an MLA layer can carry `Gate`: MLA has the G1 gate only, never fused into q_proj (docs/spec.md §3).
 template <class Gate>
 struct fits_mla : std::false_type {};
 template <>

@@ -1,4 +1,4 @@
-// The shape of a gate (SPEC §4): how many gate heads, how wide each one's target is, how many
+// The shape of a gate (docs/spec.md §4): how many gate heads, how wide each one's target is, how many
 // scores each head reads. One computation, used by the layers and by the cost model.
 #pragma once
 

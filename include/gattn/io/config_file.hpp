@@ -1,4 +1,4 @@
-// One entry point for a layer config file: a Hugging Face config.json or a gattn config (SPEC §8, §9).
+// One entry point for a layer config file: a Hugging Face config.json or a gattn config (docs/spec.md §8, §9).
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The gattn config JSON of SPEC §9 -> gqa_config / mla_config.
+// The gattn config JSON of docs/spec.md §9 -> gqa_config / mla_config.
 #pragma once
 
 #include <initializer_list>
@@ -17,7 +17,7 @@ namespace gattn {
 namespace io {
 namespace detail {
 
-/// SPEC §9's keys: common to both families, then each family's own.
+/// docs/spec.md §9's keys: common to both families, then each family's own.
 inline const std::vector<const char*> gqa_only_keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
                                                        "partial_rotary_factor"};
 inline const std::vector<const char*> mla_only_keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -119,78 +119,106 @@ inline gate_config parse_gate(const json& j) {
 
 }  // namespace detail
 
-/// Reads a gattn config (SPEC §9). Unknown keys (also in `gate` and `rope_scaling`), keys of the other
+namespace detail {
+
+/// Refuses keys no gattn config of attention family `kind` has (also inside `rope_scaling`).
+inline void refuse_unknown_gattn_keys(const nlohmann::json& j, const std::string& w, const std::string& kind) {
+  refuse_unknown_keys(j, w, kind == "mla" ? mla_keys : gqa_keys, kind == "mla" ? gqa_only_keys : mla_only_keys,
+                      kind == "mla" ? "is a GQA key, not part of the MLA layer"
+                                    : "is an MLA key, not part of a GQA layer (MLA needs \"attention\": \"mla\")");
+  if (has(j, "rope_scaling") && j.at("rope_scaling").is_object())
+    refuse_unknown_keys(j.at("rope_scaling"), w + ".rope_scaling",
+                        {"type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                         "mscale", "mscale_all_dim", "attention_factor", "truncate"});
+}
+
+/// The settings both attention families read the same way.
+struct shared_settings {
+  storage_type kv_cache_type = storage_type::f32;
+  kv_numerics numerics = kv_numerics::exact;
+  rope_scaling_config scaling;
+  gate_config gate;
+};
+
+inline shared_settings parse_shared_settings(const nlohmann::json& j, const std::string& w) {
+  // Biases come with the weights (absent ones are zero); the key is only type-checked.
+  (void)get_bool(j, "attention_bias", w, false);
+  shared_settings s;
+  s.kv_cache_type = get_enum(j, "kv_cache_dtype", w, storage_types, storage_type::f32);
+  s.numerics = get_enum(j, "kv_numerics", w, {kv_numerics::exact, kv_numerics::fast}, kv_numerics::exact);
+  gattn::detail::require<config_error>(!has(j, "sliding_window"), w, ": 'sliding_window' is not implemented");
+  if (has(j, "rope_scaling")) s.scaling = parse_rope_scaling(j.at("rope_scaling"), w);
+  if (has(j, "gate")) s.gate = parse_gate(j.at("gate"));
+  return s;
+}
+
+/// 'attention_scale' (0: 1/sqrt(d_qk)); present, it must be > 0.
+inline double parse_attention_scale(const nlohmann::json& j, const std::string& w) {
+  const double scale = get_double(j, "attention_scale", w, 0.0);
+  gattn::detail::require<config_error>(!has(j, "attention_scale") || scale > 0, w, ": 'attention_scale'=", scale,
+                                       " must be > 0");
+  return scale;
+}
+
+inline gqa_config parse_gqa_config(const nlohmann::json& j, const std::string& w, const shared_settings& s) {
+  gqa_config c;
+  c.hidden = get_index(j, "hidden_size", w);
+  c.q_heads = get_index(j, "num_attention_heads", w);
+  c.kv_heads = get_index(j, "num_key_value_heads", w, c.q_heads);
+  c.head_dim = get_index(j, "head_dim", w);
+  c.qk_norm = parse_norm(get_string(j, "qk_norm", w, ""), "qk_norm");
+  c.output_norm = parse_norm(get_string(j, "output_norm", w, ""), "output_norm");
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  c.partial_rotary_factor = get_double(j, "partial_rotary_factor", w, 1.0);
+  c.rope.theta = get_double(j, "rope_theta", w, 10000.0);
+  c.rope.style = parse_rope_style(get_string(j, "rope_style", w, "neox"));
+  c.rope.scaling = s.scaling;
+  c.rope.rotary_dim = rotary_width(c.head_dim, c.partial_rotary_factor);
+  c.causal = get_bool(j, "causal", w, true);
+  c.attention_scale = parse_attention_scale(j, w);
+  c.gate = s.gate;
+  c.kv_cache_type = s.kv_cache_type;
+  c.kv_numerics = s.numerics;
+  validate(c);
+  return c;
+}
+
+inline mla_config parse_mla_config(const nlohmann::json& j, const std::string& w, const shared_settings& s) {
+  mla_config c;
+  c.hidden = get_index(j, "hidden_size", w);
+  c.heads = get_index(j, "num_attention_heads", w);
+  c.qk_nope_head_dim = get_index(j, "qk_nope_head_dim", w);
+  c.qk_rope_head_dim = get_index(j, "qk_rope_head_dim", w);
+  c.v_head_dim = get_index(j, "v_head_dim", w);
+  c.kv_lora_rank = get_index(j, "kv_lora_rank", w);
+  c.q_lora_rank = get_index(j, "q_lora_rank", w, 0);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  c.rope.theta = get_double(j, "rope_theta", w, 10000.0);
+  c.rope.style = parse_rope_style(get_string(j, "rope_style", w, "interleaved"));
+  c.rope.scaling = s.scaling;
+  c.rope.rotary_dim = c.qk_rope_head_dim;
+  c.causal = get_bool(j, "causal", w, true);
+  c.attention_scale = parse_attention_scale(j, w);
+  c.gate = s.gate;
+  c.kv_cache_type = s.kv_cache_type;
+  c.kv_numerics = s.numerics;
+  validate(c);
+  return c;
+}
+
+}  // namespace detail
+
+/// Reads a gattn config (docs/spec.md §9). Unknown keys (also in `gate` and `rope_scaling`), keys of the other
 /// attention family, wrong types and unsupported values are refused with a config_error naming the key.
 inline layer_config parse_gattn_config(const nlohmann::json& j) {
   const std::string w = "config";
   gattn::detail::require<config_error>(j.is_object(), "config must be a JSON object");
   const std::string kind = detail::get_string(j, "attention", w, "gqa");
   if (kind == "gated_deltanet" || kind == "kda") return detail::parse_delta_config(j);
-  detail::refuse_unknown_keys(j, w, kind == "mla" ? detail::mla_keys : detail::gqa_keys,
-                              kind == "mla" ? detail::gqa_only_keys : detail::mla_only_keys,
-                              kind == "mla" ? "is a GQA key, not part of the MLA layer"
-                                            : "is an MLA key, not part of a GQA layer (MLA needs \"attention\": \"mla\")");
-  if (detail::has(j, "rope_scaling") && j.at("rope_scaling").is_object())
-    detail::refuse_unknown_keys(j.at("rope_scaling"), w + ".rope_scaling",
-                                {"type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast",
-                                 "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"});
-  // Biases come with the weights (absent ones are zero); the key is only type-checked.
-  (void)detail::get_bool(j, "attention_bias", w, false);
-  const storage_type kv_cache_type = detail::get_enum(j, "kv_cache_dtype", w, detail::storage_types, storage_type::f32);
-  const kv_numerics numerics = detail::get_enum(j, "kv_numerics", w, {kv_numerics::exact, kv_numerics::fast}, kv_numerics::exact);
-  gattn::detail::require<config_error>(!detail::has(j, "sliding_window"), w,
-                                       ": 'sliding_window' is not implemented");
-  const rope_scaling_config scaling = detail::has(j, "rope_scaling") ? detail::parse_rope_scaling(j.at("rope_scaling"), w)
-                                                             : rope_scaling_config{};
-  gate_config gate = detail::has(j, "gate") ? detail::parse_gate(j.at("gate")) : gate_config{};
-  if (kind == "gqa") {
-    gqa_config c;
-    c.hidden = detail::get_index(j, "hidden_size", w);
-    c.q_heads = detail::get_index(j, "num_attention_heads", w);
-    c.kv_heads = detail::get_index(j, "num_key_value_heads", w, c.q_heads);
-    c.head_dim = detail::get_index(j, "head_dim", w);
-    c.qk_norm = detail::parse_norm(detail::get_string(j, "qk_norm", w, ""), "qk_norm");
-    c.output_norm = detail::parse_norm(detail::get_string(j, "output_norm", w, ""), "output_norm");
-    c.rms_norm_eps = detail::get_double(j, "rms_norm_eps", w, 1e-6);
-    c.partial_rotary_factor = detail::get_double(j, "partial_rotary_factor", w, 1.0);
-    c.rope.theta = detail::get_double(j, "rope_theta", w, 10000.0);
-    c.rope.style = detail::parse_rope_style(detail::get_string(j, "rope_style", w, "neox"));
-    c.rope.scaling = scaling;
-    c.rope.rotary_dim = rotary_width(c.head_dim, c.partial_rotary_factor);
-    c.causal = detail::get_bool(j, "causal", w, true);
-    c.attention_scale = detail::get_double(j, "attention_scale", w, 0.0);
-    gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
-                                         ": 'attention_scale'=", c.attention_scale, " must be > 0");
-    c.gate = gate;
-    c.kv_cache_type = kv_cache_type;
-    c.kv_numerics = numerics;
-    validate(c);
-    return c;
-  }
-  if (kind == "mla") {
-    mla_config c;
-    c.hidden = detail::get_index(j, "hidden_size", w);
-    c.heads = detail::get_index(j, "num_attention_heads", w);
-    c.qk_nope_head_dim = detail::get_index(j, "qk_nope_head_dim", w);
-    c.qk_rope_head_dim = detail::get_index(j, "qk_rope_head_dim", w);
-    c.v_head_dim = detail::get_index(j, "v_head_dim", w);
-    c.kv_lora_rank = detail::get_index(j, "kv_lora_rank", w);
-    c.q_lora_rank = detail::get_index(j, "q_lora_rank", w, 0);
-    c.rms_norm_eps = detail::get_double(j, "rms_norm_eps", w, 1e-6);
-    c.rope.theta = detail::get_double(j, "rope_theta", w, 10000.0);
-    c.rope.style = detail::parse_rope_style(detail::get_string(j, "rope_style", w, "interleaved"));
-    c.rope.scaling = scaling;
-    c.rope.rotary_dim = c.qk_rope_head_dim;
-    c.causal = detail::get_bool(j, "causal", w, true);
-    c.attention_scale = detail::get_double(j, "attention_scale", w, 0.0);
-    gattn::detail::require<config_error>(!detail::has(j, "attention_scale") || c.attention_scale > 0, w,
-                                         ": 'attention_scale'=", c.attention_scale, " must be > 0");
-    c.gate = gate;
-    c.kv_cache_type = kv_cache_type;
-    c.kv_numerics = numerics;
-    validate(c);
-    return c;
-  }
+  detail::refuse_unknown_gattn_keys(j, w, kind);
+  const detail::shared_settings s = detail::parse_shared_settings(j, w);
+  if (kind == "gqa") return detail::parse_gqa_config(j, w, s);
+  if (kind == "mla") return detail::parse_mla_config(j, w, s);
   throw config_error(w + ": 'attention'=\"" + kind + "\" must be gqa, mla, gated_deltanet or kda");
 }
 

@@ -1,4 +1,4 @@
-// Hugging Face config.json (SPEC §8) -> the gqa_config / mla_config of one softmax-attention layer.
+// Hugging Face config.json (docs/spec.md §8) -> the gqa_config / mla_config of one softmax-attention layer.
 #pragma once
 
 #include <cmath>
@@ -17,7 +17,7 @@
 namespace gattn::io {
 namespace detail {
 
-/// The model types SPEC §8 maps, as listed in error messages.
+/// The model types docs/spec.md §8 maps, as listed in error messages.
 inline constexpr const char* hf_supported_model_types =
     "qwen3_next, qwen3 (plain or with the paper's headwise/elementwise_attn_output_gate), deepseek_v2, "
     "deepseek_v3, kimi_k2, kimi_k3, kimi_linear";
@@ -445,7 +445,7 @@ inline layer_config parse_hf_config_at(const json& j, index layer) {
 
 }  // namespace detail
 
-/// Maps a Hugging Face config.json (SPEC §8) to the config of its softmax-attention layers.
+/// Maps a Hugging Face config.json (docs/spec.md §8) to the config of its softmax-attention layers.
 ///
 /// Supported `model_type`s: `qwen3_next`, `qwen3` (plain, or the paper's release with
 /// `headwise_attn_output_gate` / `elementwise_attn_output_gate`), `deepseek_v2`, `deepseek_v3`,

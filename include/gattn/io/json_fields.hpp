@@ -1,4 +1,4 @@
-// Typed access to JSON config fields: every wrong type or value names the key (SPEC §9 defaults).
+// Typed access to JSON config fields: every wrong type or value names the key (docs/spec.md §9 defaults).
 #pragma once
 
 #include <cmath>

@@ -12,18 +12,19 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/arch.hpp"
+#include "gattn/kernel/cache_stream.hpp"
 #include "gattn/kernel/decode_bf16_dot.hpp"
+#include "gattn/kernel/epilogue.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
-#include "gattn/kernel/prefetch.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
-#include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/arch.hpp"
 #include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
+#include "gattn/simd/vector_ops.hpp"
 
 namespace gattn {
 namespace detail {
@@ -38,7 +39,7 @@ namespace detail {
 // token group by token group across all KV heads, with O in L1/L2 scratch. Keys are split across
 // threads (flash-decoding, 4 splits per thread, dynamic schedule); the partial (O, m, l) of the
 // splits are merged in split order (deterministic for a fixed thread count).
-// Memory (measured on the BENCH.md machine): the hardware prefetchers keep the full read rate
+// Memory (measured on the benchmark machine of docs/performance.md): the hardware prefetchers keep the full read rate
 // only while the demand loads ascend line by line. A cold 64 MiB read with 4 FMAs per line ran at
 // 26 GB/s in address order, 16 GB/s reading 4 pages 512 B at a time (the order of a [T, H, D]
 // cache here: each microkernel call reads one head's slice of several tokens), 10 GB/s reading
@@ -65,7 +66,7 @@ struct decode_plan {
   index qk_keys = 4;     // keys per QK microkernel call
   index splits = 1, split_len = 0, max_lim = 0;
   bool pack_v = false;
-  bool bf16_dot = false;  // SPEC §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
+  bool bf16_dot = false;  // docs/spec.md §10 fast numerics with bf16 dot products (decode_bf16_dot.hpp)
   bool prefetch = true;   // software prefetch through K/V (core/cpu.hpp: not on Intel)
   std::size_t scratch_floats = 0;
   std::size_t scratch_bits = 0;  // bf16 scratch (bf16_dot): scale·q and the block's probabilities
@@ -418,14 +419,14 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
   const decode_plan pl = make_decode_plan<Arch>(p, exec.concurrency());
   const index row_block = pl.dv_pad + 2;
   const index R = pl.rows_per_head;
-  auto finish = [&](const float* o, index ldo, const float* m, const float* l, index stride_ml) {
+  // o: the unnormalised rows, writable scratch (finish_row works on them in place).
+  auto finish = [&](float* o, index ldo, const float* m, const float* l, index stride_ml) {
     for (index gr = 0; gr < pl.rows_total; ++gr) {
       const index r = gr / R, mm = gr % R;
       const index i = mm / pl.group, h = r * pl.group + mm % pl.group;
       const softmax_row sr{m[gr * stride_ml], l[gr * stride_ml], visible_keys(p, i) > 0};
       if (p.lse) p.lse[h * p.t_q + i] = sr.lse();
-      // finish_row works in place on a scratch row: o must be writable scratch.
-      finish_row<Arch>(p, const_cast<float*>(o) + gr * ldo, sr.inv_l(), i, h);
+      finish_row<Arch>(p, o + gr * ldo, sr.inv_l(), i, h);
     }
   };
   if (pl.splits == 1) {

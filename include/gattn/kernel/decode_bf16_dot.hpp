@@ -1,4 +1,4 @@
-// SPEC §10 `fast` numerics on the decode path: a bf16 cache read with bf16 dot products
+// docs/spec.md §10 `fast` numerics on the decode path: a bf16 cache read with bf16 dot products
 // (simd/bf16_dot.hpp). scale·q and each block's probabilities are rounded to bf16 once; the sums,
 // the softmax state (m, l from the unrounded fp32 probabilities) and O stay fp32.
 #pragma once

@@ -6,7 +6,7 @@
 
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/delta_params.hpp"
-#include "gattn/kernel/prefetch.hpp"
+#include "gattn/simd/prefetch.hpp"
 
 namespace gattn {
 namespace detail {

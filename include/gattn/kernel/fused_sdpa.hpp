@@ -19,11 +19,11 @@
 // Other few-row shapes (t_q > 4 with G·br <= 2W) use the interleaved unit path: a task runs every
 // unit over its key split tile by tile, prefetching the next tile of all KV heads, and the partial
 // (m, l, O) states of the splits are merged in split order before the epilogue.
-// K/V stored as bf16/f16 (sdpa_params::kv_type, SPEC §10 exact numerics): every path takes the
+// K/V stored as bf16/f16 (sdpa_params::kv_type, docs/spec.md §10 exact numerics): every path takes the
 // element type as a template parameter; the unit paths widen each K and V tile into the unit's
 // scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
 // the cache is ever made and the arithmetic is the fp32 path's.
-// Paged K/V (sdpa_params::block_table, SPEC §11): every K/V row address comes from
+// Paged K/V (sdpa_params::block_table, docs/spec.md §11): every K/V row address comes from
 // detail::key_row / value_row; a unit's key tile and a decode V group are cut at block ends (a
 // tile is read in place with one row stride), decode maps each key's row pointer through the
 // table, and the software prefetch walks the table (cache_stream::with_blocks). No gather copy.
@@ -42,14 +42,15 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/arch.hpp"
-#include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/decode.hpp"
+#include "gattn/kernel/epilogue.hpp"
+#include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/kernel/online_softmax.hpp"
 #include "gattn/kernel/prefill_unit.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
+#include "gattn/simd/arch.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 
@@ -218,7 +219,7 @@ void fused_sdpa(const sdpa_params& p) {
   else detail::fused_sdpa_on<Arch>(p, execution_context::with_threads(p.threads));
 }
 
-/// A batch of independent problems (SPEC §11: e.g. one per sequence, prefill chunks and decode
+/// A batch of independent problems (docs/spec.md §11: e.g. one per sequence, prefill chunks and decode
 /// tokens mixed; each problem's exec field is ignored). Each problem is validated before any runs.
 /// When count >= exec.concurrency(), the problems run in parallel, each on one thread (a batch of
 /// single-token decodes fills the threads); otherwise one after the other, each with the whole

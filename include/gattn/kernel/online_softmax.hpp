@@ -55,7 +55,7 @@ struct online_softmax_state {
 /// One row's final (m, l), and whether the row sees any key (from positions: visible_keys).
 /// Only a row without keys has output exactly 0 and lse -inf. A row with keys whose l is 0 or
 /// NaN (every score -inf or +inf after an fp32 overflow, or NaN) gets 1/l = inf or NaN: its
-/// output is not finite, never a finite wrong row (SPEC §2.6).
+/// output is not finite, never a finite wrong row (docs/spec.md §2.6).
 struct softmax_row {
   float m = -std::numeric_limits<float>::infinity();
   float l = 0.0f;

@@ -1,5 +1,5 @@
-// One prefill work unit (a KV head × a block of queries of its G heads): packing, key tiles with
-// the online softmax, and the per-row epilogue.
+// One prefill work unit (a KV head × a block of queries of its G heads): packing, and key tiles with
+// the online softmax (the rows are finished by kernel/epilogue.hpp).
 #pragma once
 
 #include <algorithm>
@@ -10,17 +10,14 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/arch.hpp"
-#include "gattn/simd/gate_rounding.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
-#include "gattn/simd/simd.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
-#include "gattn/kernel/prefetch.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
-#include "gattn/simd/vector_ops.hpp"
+#include "gattn/simd/arch.hpp"
 #include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
 
 namespace gattn {
 namespace detail {
@@ -230,22 +227,6 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
   unit_pv<Arch>(pl, sc, ui.valid_rows, diag, vt, ldv, j0, nk);
 }
 
-/// Output rows ahead of the epilogue whose gate scores it prefetches. An elementwise gate's scores
-/// are as large as the output and cold in memory (P1: 16 MiB, read once); asked for this many rows
-/// (64 lines) early, they arrive while the rows before them finish. Prefetched into L2 during a
-/// unit's last key tiles instead (the scheme before), the gate cost 0.2-1.5 points more of P1 in
-/// each of 5 in-process A/Bs.
-inline constexpr index gate_prefetch_rows = 8;
-
-/// Prefetches the gate scores of output row i, head h into L1 (nothing without a gate).
-inline void prefetch_gate_row(const sdpa_params& p, index i, index h) {
-  const sdpa_epilogue& e = p.epilogue;
-  if (e.gate_scores == nullptr) return;
-  const char* u = reinterpret_cast<const char*>(e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride);
-  const index bytes = (e.gate_headwise ? 1 : p.d_v) * index(sizeof(float));
-  for (index b = 0; b < bytes; b += 64) prefetch_l1(u + b);
-}
-
 /// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
 /// scratch (its first unit_info::valid_rows rows are meaningful).
 template <class Arch, storage_type S = storage_type::f32>
@@ -255,20 +236,6 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
   const unit_info ui = unit_begin<Arch>(p, pl, sc, r, qb);
   const index kend = std::min(k_end, ui.max_lim);  // keys past every row's limit are never visible
   for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
-}
-
-/// Epilogue of one output row: z = o·inv_l, RMSNorm, gate, then the single store to `dst`.
-/// Works in place on the scratch row `o` (L1-resident).
-template <class Arch>
-inline void finish_row(const sdpa_params& p, float* o, float inv_l, index i, index h) {
-  const sdpa_epilogue& e = p.epilogue;
-  scale_copy<Arch>(o, o, p.d_v, inv_l);
-  if (e.out_norm != norm_kind::none) rms_norm<Arch>(o, e.out_norm_weight, p.d_v, e.out_norm_eps, e.out_norm);
-  if (e.gate_scores) {
-    const float* u = e.gate_scores + i * e.gate_token_stride + h * e.gate_head_stride;
-    apply_head_gate<Arch>(o, u, p.d_v, e.gate_headwise, e.gate_activation, e.gate_combine, e.gate_rounding);
-  }
-  std::memcpy(p.out + i * p.out_token_stride + h * p.out_head_stride, o, sizeof(float) * std::size_t(p.d_v));
 }
 
 /// Per-unit bookkeeping of the interleaved decode path (grows, never shrinks).

@@ -8,10 +8,6 @@
 #include <type_traits>
 #include <utility>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
@@ -89,7 +85,7 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.q_blocks = (p.t_q + pl.br - 1) / pl.br;
   pl.units = p.kv_heads * pl.q_blocks;
   // A bf16/f16 cache is widened tile by tile into the unit's scratch (never a widened copy of
-  // the whole cache); fp32 K is read in place and V packed only for a ragged d_v, as before.
+  // the whole cache); fp32 K is read in place and V packed only for a ragged d_v.
   pl.pack_k = p.kv_type != storage_type::f32;
   pl.pack_v = (p.d_v % tr::width) != 0 || pl.pack_k;
   // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
@@ -157,15 +153,6 @@ inline aligned_buffer& thread_scratch() {
 inline aligned_buffer& thread_partials() {
   static thread_local aligned_buffer buf;
   return buf;
-}
-
-inline int resolve_threads(int requested) {
-#ifdef _OPENMP
-  return requested > 0 ? requested : omp_get_max_threads();
-#else
-  (void)requested;
-  return 1;
-#endif
 }
 
 }  // namespace detail

@@ -21,10 +21,10 @@ struct sdpa_epilogue {
   bool gate_headwise = false;
   activation gate_activation = activation::sigmoid;
   combine gate_combine = combine::mul;
-  gattn::gate_rounding gate_rounding = gattn::gate_rounding::none;  ///< bf16: sigmoid and mul only (SPEC §10)
+  gattn::gate_rounding gate_rounding = gattn::gate_rounding::none;  ///< bf16: sigmoid and mul only (docs/spec.md §10)
 };
 
-/// One attention problem over strided views (see the file comment and SPEC §2.5-§2.8).
+/// One attention problem over strided views (see the file comment and docs/spec.md §2.5-§2.8).
 struct sdpa_params {
   index t_q = 0, t_k = 0, q_heads = 0, kv_heads = 0, d_qk = 0, d_v = 0;
   const float* q = nullptr;
@@ -33,19 +33,19 @@ struct sdpa_params {
   index k_token_stride = 0, k_head_stride = 0;  ///< k[j*ts + r*hs + c]
   const float* v = nullptr;
   index v_token_stride = 0, v_head_stride = 0;  ///< may alias k (MLA latent cache)
-  /// Element type of the stored K and V (SPEC §10, exact numerics: widened on load, fp32 math).
+  /// Element type of the stored K and V (docs/spec.md §10, exact numerics: widened on load, fp32 math).
   /// bf16/f16: K and V are read from k_bits and v_bits (k and v unused; strides in elements) on
   /// every path of the fused kernel, each tile widened as it is read (never the whole cache).
   storage_type kv_type = storage_type::f32;
   const std::uint16_t* k_bits = nullptr;
   const std::uint16_t* v_bits = nullptr;
-  /// Paged K/V (SPEC §11): key j lives in block block_table[j / block_size] at row j % block_size;
+  /// Paged K/V (docs/spec.md §11): key j lives in block block_table[j / block_size] at row j % block_size;
   /// block b's row t starts at k + b·k_block_stride + t·k_token_stride (v, k_bits, v_bits alike).
   /// nullptr = contiguous (row j at k + j·k_token_stride). Read only through detail::key_row/value_row.
   const std::int32_t* block_table = nullptr;
   index block_size = 0;
   index k_block_stride = 0, v_block_stride = 0;
-  /// SPEC §10: fast lets a bf16 cache's decode round scale·q and P to bf16 for vdpbf16ps (AVX512-BF16); elsewhere exact.
+  /// docs/spec.md §10: fast lets a bf16 cache's decode round scale·q and P to bf16 for vdpbf16ps (AVX512-BF16); elsewhere exact.
   kv_numerics numerics = kv_numerics::exact;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
@@ -63,7 +63,7 @@ namespace detail {
 
 /// Number of keys query i sees: all t_k, or the bottom-right causal limit i + (t_k - t_q) + 1
 /// clamped to [0, t_k]. Whether a row has a key at all is decided here, from positions only:
-/// never from its scores (an overflowed or -inf score is still a key; SPEC §2.6).
+/// never from its scores (an overflowed or -inf score is still a key; docs/spec.md §2.6).
 inline index visible_keys(const sdpa_params& p, index i) {
   return p.causal ? std::clamp<index>(i + (p.t_k - p.t_q) + 1, 0, p.t_k) : p.t_k;
 }

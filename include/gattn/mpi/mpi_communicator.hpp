@@ -1,4 +1,4 @@
-// The communicator over MPI (SPEC §12 across processes and machines). Part of the optional target
+// The communicator over MPI (docs/spec.md §12 across processes and machines). Part of the optional target
 // gattn::mpi, which links MPI::MPI_CXX; nothing in gattn::gattn includes this header.
 #pragma once
 

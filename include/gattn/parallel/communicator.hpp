@@ -1,4 +1,4 @@
-// What a tensor-parallel layer needs from its process group (SPEC §12): its rank, the group size,
+// What a tensor-parallel layer needs from its process group (docs/spec.md §12): its rank, the group size,
 // an in-place sum of fp32 rows over all ranks, and a broadcast of bytes from rank 0.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Which heads a rank of a tensor-parallel group owns (SPEC §12), and the rank-local config.
+// Which heads a rank of a tensor-parallel group owns (docs/spec.md §12), and the rank-local config.
 #pragma once
 
 #include "gattn/core/config.hpp"
@@ -42,7 +42,7 @@ inline head_split split_heads(index q_heads, index kv_heads, int rank, int ranks
   detail::require<config_error>(kv_heads % P == 0 || P % kv_heads == 0, "tensor parallelism: ", kv_name, "=",
                                 kv_heads, " and ", P,
                                 " ranks: the KV heads must split evenly (P divides H_kv) or be replicated "
-                                "(H_kv divides P), SPEC §12");
+                                "(H_kv divides P), docs/spec.md §12");
   head_split s;
   s.rank = rank;
   s.ranks = ranks;

@@ -1,4 +1,4 @@
-// P "ranks" as threads of one process sharing memory: the sharding math of SPEC §12 runs in every
+// P "ranks" as threads of one process sharing memory: the sharding math of docs/spec.md §12 runs in every
 // build (sanitizers, scalar, AArch64 under qemu) without MPI.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The weights rank p of P keeps (SPEC §12): rows of the projections that produce its heads, the
+// The weights rank p of P keeps (docs/spec.md §12): rows of the projections that produce its heads, the
 // columns of o_proj that read them, o_proj's bias on rank 0 only (so that y = Σ_p y_p).
 #pragma once
 
@@ -27,7 +27,7 @@ inline void put_whole(weight_map& out, const weight_map& w, const std::string& n
   out.set(name, slice_rows(w.get(name, shape), {{0, shape[0]}}));
 }
 
-/// A head-shared gate averages its scores over all heads before the activation (SPEC §4). The
+/// A head-shared gate averages its scores over all heads before the activation (docs/spec.md §4). The
 /// scores are linear in the weights, so the mean of the heads' rows gives the shared score; each
 /// of the rank's `copies` gate heads gets those rows, and the rank-local mean over identical rows
 /// is the global one: the shared gate is computed in full on every rank with no communication.
@@ -81,7 +81,7 @@ inline void put_o_proj(weight_map& out, const weight_map& w, const head_split& s
   if (s.rank == 0 && w.contains("o_proj.bias")) put_whole(out, w, "o_proj.bias", {d});
 }
 
-/// Rows of the fused q_proj (q and gate scores interleaved, SPEC §4) for the rank's heads, in the
+/// Rows of the fused q_proj (q and gate scores interleaved, docs/spec.md §4) for the rank's heads, in the
 /// same layout over the local heads.
 inline std::vector<row_run> fused_q_runs(const gqa_config& c, const head_split& s, index per) {
   const index D = c.head_dim, G = c.group_size();

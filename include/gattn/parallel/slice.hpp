@@ -1,4 +1,4 @@
-// The slices of a weight a rank keeps (SPEC §12). Every shard reads the full weights through these
+// The slices of a weight a rank keeps (docs/spec.md §12). Every shard reads the full weights through these
 // two functions only, as views into the caller's (mapped) weights: a rank touches nothing but its
 // own slices.
 #pragma once

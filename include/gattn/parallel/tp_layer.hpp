@@ -1,4 +1,4 @@
-// A layer split by heads across the ranks of a communicator (SPEC §12): each rank runs its heads
+// A layer split by heads across the ranks of a communicator (docs/spec.md §12): each rank runs its heads
 // (rank-local KV cache: its KV heads, or the replicated MLA latent), then one all-reduce of the
 // T·d fp32 output rows; o_proj's bias was on rank 0 only, and a G5 gate acts on the sum.
 #pragma once
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gattn/attention/any_layer.hpp"
-#include "gattn/attention/gate_source.hpp"
+#include "gattn/gate/source.hpp"
 #include "gattn/parallel/communicator.hpp"
 #include "gattn/parallel/head_split.hpp"
 #include "gattn/parallel/shard_weights.hpp"
@@ -40,7 +40,7 @@ class tp_layer {
     return local_.make_paged_cache(num_blocks, block_size);
   }
 
-  /// A batch (SPEC §11) of this rank's heads, then one all-reduce of the N·d output rows.
+  /// A batch (docs/spec.md §11) of this rank's heads, then one all-reduce of the N·d output rows.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
             matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
     local_.step(x, cu_seqlens, batch, caches, y, ws, exec);
@@ -119,7 +119,7 @@ class tp_layer {
     layer_workspace::fit(ws.projections, x.rows * g5_in_.out());
     g5_in_.apply(x.data, x.rows, x.row_stride, ws.projections.data(), g5_in_.out());
     const gate_scores u =
-        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws, nullptr);
+        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws.gate_scores);
     apply_gate_rows(y.data, y.rows, y.row_stride, 0, g5_shape_, u, g5_.activation, g5_.combine);
   }
 

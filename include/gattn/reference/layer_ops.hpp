@@ -1,5 +1,5 @@
 // Double-precision building blocks of the reference layers: linear maps, RMS norm, RoPE, gates.
-// Plain loops that read like SPEC.md; they share only config and weight types with the fast path.
+// Plain loops that read like docs/spec.md; they share only config and weight types with the fast path.
 #pragma once
 
 #include <algorithm>
@@ -28,8 +28,9 @@ inline dmatrix linear(const dmatrix& x, index rows, index in, const weight_map& 
   return y;
 }
 
-/// z ← z / sqrt(mean(z²) + ε) · w   (or · (1 + w) when zero-centred), over n values.
-inline void rms_norm(double* z, index n, const float* w, double eps, bool zero_centered) {
+/// z ← z / sqrt(mean(z²) + ε) · w   (or · (1 + w) when zero-centred), over n values (the
+/// arguments in the order of the fast path's rms_norm).
+inline void rms_norm(double* z, const float* w, index n, double eps, bool zero_centered) {
   double ss = 0;
   for (index c = 0; c < n; ++c) ss += z[c] * z[c];
   const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
@@ -49,10 +50,10 @@ inline double activate(double u, activation a) {
 
 inline double combine_gate(double z, double g, combine c) { return c == combine::mul ? z * g : z + g; }
 
-/// m(s, a) of SPEC §2.4: 1 for s <= 1, else 0.1·a·ln s + 1.
+/// m(s, a) of docs/spec.md §2.4: 1 for s <= 1, else 0.1·a·ln s + 1.
 inline double yarn_m(double s, double a) { return s <= 1.0 ? 1.0 : 0.1 * a * std::log(s) + 1.0; }
 
-/// Frequency of rotary pair i (SPEC §2.4), written out from the spec's formulas on their own (this
+/// Frequency of rotary pair i (docs/spec.md §2.4), written out from the spec's formulas on their own (this
 /// oracle shares no RoPE code with the fast path): θ^(−2i/R), blended by the YaRN ramp when asked.
 inline double rope_inv_freq(const rope_config& c, index i) {
   const double R = double(c.rotary_dim), base = std::pow(c.theta, 2.0 * double(i) / R);
@@ -72,7 +73,7 @@ inline double rope_inv_freq(const rope_config& c, index i) {
   return (1.0 / (y.factor * base)) * (1.0 - e) + (1.0 / base) * e;
 }
 
-/// The factor cos and sin are multiplied by (SPEC §2.4): 1 without YaRN.
+/// The factor cos and sin are multiplied by (docs/spec.md §2.4): 1 without YaRN.
 inline double rope_attention_factor(const rope_config& c) {
   const rope_scaling_config& y = c.scaling;
   if (!y.yarn) return 1.0;
@@ -81,7 +82,7 @@ inline double rope_attention_factor(const rope_config& c) {
   return yarn_m(y.factor, 1.0);
 }
 
-/// Rotates the first R channels of head vector x at position pos (SPEC §2.4), in double.
+/// Rotates the first R channels of head vector x at position pos (docs/spec.md §2.4), in double.
 inline void rope(double* x, index pos, const rope_config& c) {
   if (c.style == rope_style::none || c.rotary_dim == 0) return;
   const double factor = rope_attention_factor(c);
@@ -97,7 +98,7 @@ inline void rope(double* x, index pos, const rope_config& c) {
   }
 }
 
-/// Activated gate values [T, heads, per] from scores u [T, heads·per] (SPEC §4): head-shared
+/// Activated gate values [T, heads, per] from scores u [T, heads·per] (docs/spec.md §4): head-shared
 /// scores are averaged over the heads before the activation.
 inline dmatrix activate_gate(dmatrix u, index T, index heads, index per, const gate_config& g) {
   if (g.shared) {

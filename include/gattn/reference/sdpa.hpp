@@ -1,4 +1,4 @@
-// The oracle: scaled dot-product attention in double precision, plain loops (SPEC §2.5-§2.7).
+// The oracle: scaled dot-product attention in double precision, plain loops (docs/spec.md §2.5-§2.7).
 // Deliberately naive: it materialises each score row and shares nothing with the fast kernel.
 #pragma once
 
@@ -47,7 +47,7 @@ void sdpa(const sdpa_shape& s, const Q* q, const K* k, const V* v, double* out,
       std::fill(o, o + s.d_v, 0.0);
       if (probs_first) probs_first[h * s.t_q + i] = 0.0;
       if (lse) lse[h * s.t_q + i] = -std::numeric_limits<double>::infinity();
-      if (visible == 0) continue;  // no key: output exactly 0 (SPEC §2.6)
+      if (visible == 0) continue;  // no key: output exactly 0 (docs/spec.md §2.6)
       double m = -std::numeric_limits<double>::infinity();
       for (index j = 0; j < visible; ++j) {
         double dot = 0;

@@ -1,4 +1,4 @@
-// bf16 dot products with fp32 accumulation (AVX512-BF16 vdpbf16ps) for SPEC §10's `fast` numerics:
+// bf16 dot products with fp32 accumulation (AVX512-BF16 vdpbf16ps) for docs/spec.md §10's `fast` numerics:
 // both operands are bf16, so each product is exact in fp32 and only the sums round. Other archs
 // have no such instruction here (NEON bfdot is not wired up), and `fast` runs `exact` on them.
 #pragma once
@@ -30,6 +30,36 @@ inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16
 inline __m512 widen16(const std::uint16_t* p, index n) {
   const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n < 0 ? 0 : unsigned(n))) - 1);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+/// Lane indices that interleave two rows a, b of 32 bf16 into pairs (a[i], b[i]) by
+/// _mm512_permutex2var_epi16: pairs 0-15 (pairs 16-31: these + 16).
+alignas(64) inline constexpr std::uint16_t pair_lanes[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                                            8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+/// The two bf16 at p in every 32-bit lane.
+inline __m512i broadcast_pair(const std::uint16_t* p) {
+  std::uint32_t pair;
+  std::memcpy(&pair, p, sizeof pair);
+  return _mm512_set1_epi32(int(pair));
+}
+/// Two key rows' channels as pairs (one lane per channel: row 0's value, row 1's).
+struct key_pair {
+  __m512i lo, hi;  // channels 0-15, 16-31
+};
+/// The first n of 32 bf16 of rows a and a + ld (the rest 0) as a key_pair (lo_lanes, hi_lanes:
+/// pair_lanes and pair_lanes + 16).
+inline key_pair load_key_pair(const std::uint16_t* a, index ld, index n, __m512i lo_lanes, __m512i hi_lanes) {
+  const __mmask32 mk = lanes16_mask(n);
+  const __m512i ra = _mm512_maskz_loadu_epi16(mk, a);
+  const __m512i rb = _mm512_maskz_loadu_epi16(mk, a + ld);
+  return {_mm512_permutex2var_epi16(ra, lo_lanes, rb), _mm512_permutex2var_epi16(ra, hi_lanes, rb)};
+}
+/// True when a row that sees `lim` keys takes key j alone: j is visible and its pair partner is
+/// not (keys in visible pairs are taken by the pairs).
+inline bool taken_alone(index j, index lim) { return !(j >= lim || j - j % 2 + 2 <= lim); }
+/// *dst = *dst·a + acc (16 floats).
+inline void scale_add_store(float* dst, __m512 a, __m512 acc) {
+  _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, acc));
 }
 }  // namespace detail
 
@@ -78,9 +108,7 @@ inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* 
 template <class Arch, int MR, int NV>
 inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim, const std::uint16_t* v, index ldv,
                         index nch, float* o, index ldo, const float* alpha) {
-  alignas(64) static const std::uint16_t lo_ix[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                                      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  const __m512i lo = _mm512_load_si512(lo_ix);
+  const __m512i lo = _mm512_load_si512(detail::pair_lanes);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   __m512 acc[MR][2 * NV];
   index rows_lim[MR];
@@ -95,25 +123,17 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
   for (int m = 0; m < MR; ++m) common = std::min(common, rows_lim[m]);
   // Every index into acc is a compile-time constant (full unrolling), so acc stays in registers.
   auto pairs = [&](index j, auto checked) {
-    __m512i vl[NV], vh[NV];
+    detail::key_pair kv[NV];
 #pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) {
-      const __mmask32 mk = detail::lanes16_mask(nch - 32 * x);
-      const __m512i a = _mm512_maskz_loadu_epi16(mk, v + j * ldv + 32 * x);
-      const __m512i b = _mm512_maskz_loadu_epi16(mk, v + (j + 1) * ldv + 32 * x);
-      vl[x] = _mm512_permutex2var_epi16(a, lo, b);
-      vh[x] = _mm512_permutex2var_epi16(a, hi, b);
-    }
+    for (int x = 0; x < NV; ++x) kv[x] = detail::load_key_pair(v + j * ldv + 32 * x, ldv, nch - 32 * x, lo, hi);
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       if (decltype(checked)::value && j + 2 > rows_lim[m]) continue;
-      std::uint32_t pair;
-      std::memcpy(&pair, p + m * ldp + j, sizeof pair);
-      const __m512i pb = _mm512_set1_epi32(int(pair));
+      const __m512i pb = detail::broadcast_pair(p + m * ldp + j);
 #pragma GCC unroll 8
       for (int x = 0; x < NV; ++x) {
-        acc[m][2 * x] = detail::dot_pairs(acc[m][2 * x], pb, vl[x]);
-        acc[m][2 * x + 1] = detail::dot_pairs(acc[m][2 * x + 1], pb, vh[x]);
+        acc[m][2 * x] = detail::dot_pairs(acc[m][2 * x], pb, kv[x].lo);
+        acc[m][2 * x + 1] = detail::dot_pairs(acc[m][2 * x + 1], pb, kv[x].hi);
       }
     }
   };
@@ -125,8 +145,7 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
     for (index jj = first_single; jj < nk; ++jj) {
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        // Hidden, or taken in a pair (the pair's second key visible too).
-        if (jj >= rows_lim[m] || jj - jj % 2 + 2 <= rows_lim[m]) continue;
+        if (!detail::taken_alone(jj, rows_lim[m])) continue;
         const __m512 pj = _mm512_set1_ps(bf16_to_float(p[m * ldp + jj]));
 #pragma GCC unroll 8
         for (int x = 0; x < NV; ++x) {
@@ -143,8 +162,7 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
 #pragma GCC unroll 8
     for (int x = 0; x < 2 * NV; ++x) {
       if (32 * (x / 2) >= nch) break;  // past the row (its 32-channel blocks end at round_up(nch, 32))
-      float* dst = o + m * ldo + 16 * x;
-      _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, acc[m][x]));
+      detail::scale_add_store(o + m * ldo + 16 * x, a, acc[m][x]);
     }
   }
 }

@@ -1,4 +1,4 @@
-// bf16 and f16 (IEEE binary16) storage <-> fp32 batches (SPEC §10): widen on load, round to nearest
+// bf16 and f16 (IEEE binary16) storage <-> fp32 batches (docs/spec.md §10): widen on load, round to nearest
 // even on store, NaN stays a quiet NaN with its sign, ±inf exact, subnormals kept (bf16 has fp32's
 // exponent range; f16 subnormals are produced exactly). Storage is std::uint16_t bits.
 //
@@ -35,7 +35,7 @@ inline float bits_float(std::uint32_t b) noexcept {
 }
 }  // namespace detail
 
-/// Largest finite f16; a cache of f16 refuses anything of larger magnitude (SPEC §10).
+/// Largest finite f16; a cache of f16 refuses anything of larger magnitude (docs/spec.md §10).
 inline constexpr float f16_max = 65504.0f;
 
 /// bf16 bits of `f`, rounded to nearest even. NaN: the top half with the quiet bit set.

@@ -1,23 +1,17 @@
-// Reusable array operations over Arch (gates, RMSNorm, scaling): the layers use them outside the
-// kernel, and the fused kernel's epilogue uses the same code. Vector body + one-lane tail.
+// Reusable array operations over Arch (RMSNorm, scaling, and the vector-body-then-tail loop the
+// gates use too): the layers use them outside the kernel, and the fused kernel's epilogue uses the
+// same code. Vector body + one-lane tail.
 #pragma once
 
 #include <cmath>
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
-#include "gattn/simd/activation.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
 namespace gattn {
 namespace detail {
-
-/// z ⊙ act(u) or z + act(u) on one batch.
-template <class Fn, class B>
-inline B gate_combine(const B& z, const B& u, Fn fn, combine c) noexcept {
-  return c == combine::mul ? z * fn(u) : z + fn(u);
-}
 
 /// Applies `f(B)` to a float array in place, vector body then one-lane tail.
 template <class Arch, class F>
@@ -36,28 +30,6 @@ inline B load_as(const float* p) noexcept {
 }
 
 }  // namespace detail
-
-/// z[i] = z[i] ⊙ act(u[i]) (mul) or z[i] + act(u[i]) (add), i < n.
-template <class Arch = default_arch>
-inline void apply_gate(float* z, const float* u, index n, activation a, combine c) {
-  act::visit(a, [&](auto fn) {
-    detail::for_each_lane_block<Arch>(n, [&](index i, auto tag) {
-      using B = decltype(tag);
-      simd::store(z + i, detail::gate_combine(detail::load_as<B>(z + i), detail::load_as<B>(u + i), fn, c));
-    });
-  });
-}
-
-/// Headwise gate: one score u broadcast over the n channels of a head.
-template <class Arch = default_arch>
-inline void apply_gate_scalar(float* z, index n, float u, activation a, combine c) {
-  const float g = act::apply(a, u);
-  detail::for_each_lane_block<Arch>(n, [&](index i, auto tag) {
-    using B = decltype(tag);
-    const B zi = detail::load_as<B>(z + i);
-    simd::store(z + i, c == combine::mul ? zi * B(g) : zi + B(g));
-  });
-}
 
 /// Sum of squares of x[0..n).
 template <class Arch = default_arch>

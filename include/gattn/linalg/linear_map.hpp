@@ -1,0 +1,225 @@
+// Dense projections y[T, out] = x[T, in] · Wᵀ + b on row-major buffers, reading W where it lives
+// and in the dtype it is stored in (f32, bf16, f16), accumulating in fp32.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "gattn/core/error.hpp"
+#include "gattn/core/execution.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/core/weights.hpp"
+#include "gattn/linalg/gemm.hpp"
+#include "gattn/linalg/gemv.hpp"
+#include "gattn/linalg/weight_rows.hpp"
+#include "gattn/simd/arch.hpp"
+
+namespace gattn {
+
+using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// Rows [first, first + count) of `weight` (count < 0: to the last row), with the same rows of an
+/// optional bias. A linear map's output columns are its segments in order.
+struct weight_segment {
+  weight_view weight;
+  index first = 0;
+  index count = -1;
+  const weight_view* bias = nullptr;  ///< read at construction only
+};
+
+/// A linear map in nn.Linear layout over one or more row segments of typed weight views. The map
+/// holds views, not copies (only the bias is widened, `out` floats): the weights' memory must
+/// outlive it unless the views carry a keep-alive.
+class linear_map {
+ public:
+  /// Up to this many rows go through the GEMV path instead of a GEMM.
+  static constexpr index gemv_rows = 2;
+  /// Up to this many rows go through the register-blocked small GEMM (detail::gemm_packed, weights
+  /// in their stored dtype, x packed once per call); more go to Eigen panels (bf16/f16 widened into
+  /// fp32 first), whose packing pays off once x has enough rows. Measured on the L1 fused projection
+  /// (9216 x 2048, t:1, AVX-512): see bench proj/gemm/... A map mixing dtypes takes the smallest
+  /// limit.
+  static constexpr index small_gemm_rows_f32 = 16;
+  static constexpr index small_gemm_rows_16bit = 64;
+  static constexpr index small_gemm_rows(storage_type t) {
+    return t == storage_type::f32 ? small_gemm_rows_f32 : small_gemm_rows_16bit;
+  }
+  /// Output rows per unit of parallel work in the GEMV and the small GEMM (enough units to balance
+  /// a team).
+  static constexpr index gemv_tile_rows = 64;
+  /// Output rows per GEMM panel. Each panel's Eigen GEMM packs all of x again, so panels are as
+  /// large as the scratch allows: a bf16/f16 panel widens into 256 · in floats per thread (2 MB at
+  /// in = 2048).
+  static constexpr index gemm_panel_rows = 256;
+
+  linear_map() = default;
+  linear_map(const weight_view& w, const weight_view* b) : linear_map(std::vector<weight_segment>{{w, 0, -1, b}}) {}
+  explicit linear_map(const std::vector<weight_segment>& segments) {
+    for (const weight_segment& s : segments) add(s);
+  }
+
+  index out() const { return out_; }
+  index in() const { return in_; }
+  /// Bytes of weights one application reads.
+  index weight_bytes() const {
+    index b = 0;
+    for (const part& p : parts_) b += p.w.bytes();
+    return b;
+  }
+
+  /// y (rows × out, row stride y_stride) = x (rows × in, row stride x_stride) · Wᵀ + b.
+  void apply(const float* x, index rows, index x_stride, float* y, index y_stride,
+             const execution_context& exec = execution_context{}) const {
+    if (rows <= 0 || out_ == 0) return;
+    // A few microseconds of team start-up dwarf a small map: run those on the calling thread.
+    const bool small = weight_bytes() < (index(1) << 18);
+    const execution_context& team = small ? serial_ : exec;
+    if (rows <= gemv_rows)
+      team.parallel_for(index(gemv_tiles_.size()),
+                        [&](index i) { gemv_tile(gemv_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
+    else if (rows <= small_gemm_limit_) {
+      // x packed once per call on this thread, shared read-only by every tile: one buffer per
+      // packing order the map's dtypes need (f32 and f16 share the natural order; bf16 pairs).
+      thread_local std::vector<float> buffer;
+      const index per_order = rows * detail::gemm_packed_stride(in_);
+      float* p = detail::gemm_thread_buffer(buffer, per_order * (index(has_natural_) + index(has_pairs_)));
+      const float* packed[2] = {nullptr, nullptr};  // by detail::gemm_x_order
+      for (detail::gemm_x_order o : {detail::gemm_x_order::natural, detail::gemm_x_order::pairs}) {
+        if (!(o == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_)) continue;
+        detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
+        packed[int(o)] = p;
+        p += per_order;
+      }
+      team.parallel_for(index(gemv_tiles_.size()), [&](index i) {
+        const tile& t = gemv_tiles_[std::size_t(i)];
+        const storage_type type = parts_[std::size_t(t.part_index)].w.type();
+        small_gemm_tile(t, packed[int(detail::gemm_order_for(type))], rows, y, y_stride);
+      });
+    } else
+      team.parallel_for(index(gemm_tiles_.size()),
+                        [&](index i) { gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
+  }
+
+ private:
+  struct part {
+    weight_view w;  // exactly the rows used
+    index out_first;
+  };
+  struct tile {  // rows [first, first + count) of parts_[part_index]
+    index part_index, first, count;
+  };
+
+  std::vector<part> parts_;
+  std::vector<tile> gemv_tiles_, gemm_tiles_;
+  std::vector<float> bias_;  // empty: no bias
+  index in_ = 0, out_ = 0;
+  index small_gemm_limit_ = small_gemm_rows_16bit;
+  bool has_natural_ = false, has_pairs_ = false;  // packing orders of the small GEMM that the parts need
+  execution_context serial_ = execution_context::serial();
+
+  void add(const weight_segment& s) {
+    const weight_view& w = s.weight;
+    const index count = s.count < 0 ? w.rows() - s.first : s.count;
+    if (parts_.empty() && out_ == 0) in_ = w.cols();
+    detail::require<shape_error>(w.cols() == in_, "linear_map: a segment has ", w.cols(), " input columns, the map ",
+                                 in_, " (shape ", shape_string(w.shape()), ")");
+    const weight_view rows = w.row_range(s.first, count);
+    if (s.bias) {
+      detail::require<shape_error>(s.bias->rows() == w.rows() && s.bias->cols() == 1, "linear_map: bias of shape ",
+                                   shape_string(s.bias->shape()), " for a weight of ", w.rows(), " rows");
+      if (bias_.empty()) bias_.assign(std::size_t(out_), 0.0f);
+      const std::vector<float> b = s.bias->row_range(s.first, count).widened();
+      bias_.insert(bias_.end(), b.begin(), b.end());
+    } else if (!bias_.empty()) {
+      bias_.resize(std::size_t(out_ + count), 0.0f);
+    }
+    const index part_index = index(parts_.size());
+    parts_.push_back({rows, out_});
+    small_gemm_limit_ = std::min(small_gemm_limit_, small_gemm_rows(w.type()));
+    (detail::gemm_order_for(w.type()) == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_) = true;
+    for (index r = 0; r < count; r += gemv_tile_rows)
+      gemv_tiles_.push_back({part_index, r, std::min(gemv_tile_rows, count - r)});
+    for (index r = 0; r < count; r += gemm_panel_rows)
+      gemm_tiles_.push_back({part_index, r, std::min(gemm_panel_rows, count - r)});
+    out_ += count;
+  }
+
+  const void* tile_rows(const tile& t) const { return parts_[std::size_t(t.part_index)].w.row(t.first); }
+  index tile_out(const tile& t) const { return parts_[std::size_t(t.part_index)].out_first + t.first; }
+
+  void add_bias(const tile& t, index rows, float* y, index y_stride) const {
+    if (bias_.empty()) return;
+    const index o = tile_out(t);
+    for (index r = 0; r < rows; ++r)
+      for (index c = 0; c < t.count; ++c) y[r * y_stride + o + c] += bias_[std::size_t(o + c)];
+  }
+
+  void gemv_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
+    const weight_view& w = parts_[std::size_t(t.part_index)].w;
+    const index stride = w.row_stride() * storage_bytes(w.type());
+    for (index r = 0; r < rows; ++r)
+      detail::gemv_rows<default_arch>(w.type(), tile_rows(t), stride, t.count, x + r * x_stride, in_,
+                                      y + r * y_stride + tile_out(t));
+    add_bias(t, rows, y, y_stride);
+  }
+
+  /// xp: x packed by detail::gemm_pack_x in the order of this tile's dtype.
+  void small_gemm_tile(const tile& t, const float* xp, index rows, float* y, index y_stride) const {
+    const weight_view& w = parts_[std::size_t(t.part_index)].w;
+    detail::gemm_packed<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, xp,
+                                      rows, in_, y + tile_out(t), y_stride);
+    add_bias(t, rows, y, y_stride);
+  }
+
+  /// One panel of output columns: f32 weights in place, bf16/f16 widened into this thread's scratch
+  /// (grown once, so steady calls allocate nothing), then a single-threaded Eigen GEMM.
+  void gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
+    using stride = Eigen::OuterStride<>;
+    const weight_view& w = parts_[std::size_t(t.part_index)].w;
+    const float* panel = nullptr;
+    index panel_stride = in_;
+    if (w.type() == storage_type::f32) {
+      panel = static_cast<const float*>(tile_rows(t));
+      panel_stride = w.row_stride();
+    } else {
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < std::size_t(t.count * in_)) scratch.resize(std::size_t(t.count * in_));
+      detail::widen_rows<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, in_,
+                                       scratch.data());
+      panel = scratch.data();
+    }
+    Eigen::Map<const row_matrix, 0, stride> X(x, rows, in_, stride(x_stride));
+    Eigen::Map<const row_matrix, 0, stride> W(panel, t.count, in_, stride(std::max<index>(panel_stride, 1)));
+    Eigen::Map<row_matrix, 0, stride> Y(y + tile_out(t), rows, t.count, stride(y_stride));
+    on_this_thread([&] { Y.noalias() = X * W.transpose(); });  // Eigen: no team of its own
+    add_bias(t, rows, y, y_stride);
+  }
+};
+
+/// y[rows, cols] = x[rows, k] · W for a weight view W [k, cols] used in place, in its stored dtype
+/// with fp32 accumulation (not transposed, unlike linear_map: MLA's q_nope_h · W_uk_h). On the
+/// calling thread: it is applied per head, on small blocks.
+class transposed_map {
+ public:
+  transposed_map() = default;
+  explicit transposed_map(const weight_view& w) : w_(w) {}
+
+  index in() const { return w_.rows(); }
+  index out() const { return w_.cols(); }
+
+  void apply(const float* x, index rows, index x_stride, float* y, index y_stride) const {
+    if (rows <= 0 || out() == 0) return;
+    detail::gemm_cols<default_arch>(w_.type(), w_.data(), w_.row_stride() * storage_bytes(w_.type()), in(), out(), x,
+                                    x_stride, rows, y, y_stride);
+  }
+
+ private:
+  weight_view w_;
+};
+
+/// A linear_map over all rows of `w` ([out, in]) with the optional bias `b` ([out]).
+inline linear_map make_linear(const weight_view& w, const weight_view* b) { return linear_map(w, b); }
+
+}  // namespace gattn

@@ -1,0 +1,74 @@
+// Weight rows read in their stored dtype (f32, bf16, f16) as fp32, the building blocks of the
+// products in linalg/: a vector or a value of a row, a vector's lanes summed, and a panel of rows
+// widened into fp32 (for a large GEMM).
+// Templates on Arch so tests can run every ISA of the binary.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
+
+namespace gattn::detail {
+
+/// One vector of weights at p (a row of dtype S), widened to fp32.
+template <class Arch, storage_type S>
+inline simd::batch<float, Arch> load_weights_as_f32(const unsigned char* p) noexcept {
+  if constexpr (S == storage_type::f32) return simd::load<Arch>(reinterpret_cast<const float*>(p));
+  else if constexpr (S == storage_type::bf16) return simd::load_bf16<Arch>(reinterpret_cast<const std::uint16_t*>(p));
+  else return simd::load_f16<Arch>(reinterpret_cast<const std::uint16_t*>(p));
+}
+
+/// The weight at p (dtype S) as fp32.
+template <storage_type S>
+inline float weight_as_f32(const unsigned char* p) noexcept {
+  if constexpr (S == storage_type::f32) {
+    float f;
+    std::memcpy(&f, p, sizeof f);
+    return f;
+  } else {
+    std::uint16_t h;
+    std::memcpy(&h, p, sizeof h);
+    return S == storage_type::bf16 ? bf16_to_float(h) : f16_to_float(h);
+  }
+}
+
+/// The lanes of v summed in lane order.
+template <class B>
+inline float lane_sum(const B& v) noexcept {
+  alignas(64) float tmp[B::size];
+  simd::store(tmp, v);
+  float s = 0;
+  for (std::size_t i = 0; i < B::size; ++i) s += tmp[i];
+  return s;
+}
+
+/// The `count` rows at `w` (`stride` bytes apart, `in` values each) widened exactly into out
+/// [count, in], dense.
+template <class Arch, storage_type S>
+void widen_rows(const unsigned char* w, index stride, index count, index in, float* out) noexcept {
+  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  for (index r = 0; r < count; ++r) {
+    const unsigned char* row = w + r * stride;
+    float* o = out + r * in;
+    index k = 0;
+    for (; k + L <= in; k += L) simd::store(o + k, load_weights_as_f32<Arch, S>(row + k * E));
+    for (; k < in; ++k) o[k] = weight_as_f32<S>(row + k * E);
+  }
+}
+
+/// widen_rows for a runtime storage type.
+template <class Arch>
+void widen_rows(storage_type t, const void* w, index stride, index count, index in, float* out) noexcept {
+  const auto* p = static_cast<const unsigned char*>(w);
+  switch (t) {
+    case storage_type::f32: widen_rows<Arch, storage_type::f32>(p, stride, count, in, out); break;
+    case storage_type::bf16: widen_rows<Arch, storage_type::bf16>(p, stride, count, in, out); break;
+    case storage_type::f16: widen_rows<Arch, storage_type::f16>(p, stride, count, in, out); break;
+  }
+}
+
+}  // namespace gattn::detail
