@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <mutex>
 
 #include "gattn/attention/sdpa_function.hpp"
@@ -87,6 +88,52 @@ inline void check_batch_caches(const char* who, const sequence_cache* caches, co
   }
   check_pool_room(who, caches, cu_seqlens, batch);
 }
+
+/// Calls f(pool) once for each paged pool of a batch, in address order (without allocating).
+template <class F>
+void for_each_pool(const sequence_cache* caches, index batch, F&& f) {
+  const paged_kv_cache* last = nullptr;
+  const std::less<const paged_kv_cache*> before;
+  for (;;) {
+    const paged_kv_cache* next = nullptr;
+    for (index s = 0; s < batch; ++s) {
+      const paged_kv_cache* p = caches[s].paged_pool();
+      if (p != nullptr && (last == nullptr || before(last, p)) && (next == nullptr || before(p, next))) next = p;
+    }
+    if (next == nullptr) return;
+    f(*next);
+    last = next;
+  }
+}
+
+/// Holds the locks of every paged pool of a batch while its rows are appended, so that the room
+/// checked (again, under the locks: other threads may have taken blocks since the call's first
+/// checks) is the room the appends use. Pools are locked in address order, so two batches over the
+/// same pools cannot deadlock.
+class batch_pool_lock {
+ public:
+  batch_pool_lock(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch)
+      : caches_(caches), batch_(batch) {
+    for_each_pool(caches_, batch_, [](const paged_kv_cache& p) { p.mutex().lock(); });
+    try {
+      check_pool_room(who, caches, cu_seqlens, batch);
+    } catch (...) {
+      unlock();
+      throw;
+    }
+  }
+  ~batch_pool_lock() { unlock(); }
+  batch_pool_lock(const batch_pool_lock&) = delete;
+  batch_pool_lock& operator=(const batch_pool_lock&) = delete;
+
+ private:
+  void unlock() {
+    for_each_pool(caches_, batch_, [](const paged_kv_cache& p) { p.mutex().unlock(); });
+    batch_ = 0;
+  }
+  const sequence_cache* caches_;
+  index batch_;
+};
 
 /// An f16 cache cannot hold |v| > 65504: refuse the whole call, naming the sequence, before any
 /// sequence's rows are appended (a cache's own append checks only its own rows).

@@ -260,6 +260,7 @@ class gqa_layer {
       detail::check_f16_rows(caches[s], s, rows + plan_.col_k, stride, cu[s + 1] - cu[s], w, "key");
       detail::check_f16_rows(caches[s], s, rows + plan_.col_v, stride, cu[s + 1] - cu[s], w, "value");
     }
+    const detail::batch_pool_lock hold("gqa_layer", caches, cu, batch);
     for (index s = 0; s < batch; ++s) {
       const float* rows = P + cu[s] * stride;
       caches[s].append(rows + plan_.col_k, stride, rows + plan_.col_v, stride, cu[s + 1] - cu[s]);

@@ -269,6 +269,7 @@ class mla_layer {
     const index L = latent_width();
     for (index s = 0; s < batch; ++s)
       detail::check_f16_rows(caches[s], s, latent + cu[s] * L, L, cu[s + 1] - cu[s], L, "latent");
+    const detail::batch_pool_lock hold("mla_layer", caches, cu, batch);
     for (index s = 0; s < batch; ++s) caches[s].append(latent + cu[s] * L, L, nullptr, 0, cu[s + 1] - cu[s]);
   }
 
