@@ -12,6 +12,7 @@
 
 #include "gattn/io/safetensors.hpp"
 #include "support/cli_harness.hpp"
+#include "support/delta_vectors.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
@@ -37,6 +38,7 @@ std::vector<std::string> causal_vectors() {
   for (const auto& n : test::gqa_case_names())
     if (n != "gqa_noncausal") v.push_back(n);
   for (const auto& m : test::mla_case_names()) v.push_back(m);
+  for (const auto& n : test::delta_case_names()) v.push_back(n);
   return v;
 }
 

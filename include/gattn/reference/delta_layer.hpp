@@ -208,7 +208,7 @@ inline dmatrix delta_output_gate(const delta_config& c, const std::vector<float>
                                  const dmatrix& gate, index T) {
   const index Hv = c.value_heads, Dv = c.value_head_dim;
   dmatrix gated = o;
-  for (index r = 0; r < T * Hv; ++r) rms_norm(&gated[std::size_t(r * Dv)], Dv, norm.data(), c.rms_norm_eps, false);
+  for (index r = 0; r < T * Hv; ++r) rms_norm(&gated[std::size_t(r * Dv)], norm.data(), Dv, c.rms_norm_eps, false);
   for (std::size_t i = 0; i < gated.size(); ++i) gated[i] *= gate[i];
   return gated;
 }
