@@ -59,7 +59,7 @@ void bm_batched_decode(benchmark::State& st, index batch, int threads, gattn::st
   layer.reserve(ws, batch, batch);
   for (auto _ : st) {
     for (index s = 0; s < batch; ++s) caches[std::size_t(s)].truncate(context_of(s, batch));
-    layer.step({x.data(), batch, d, d}, cu.data(), batch, handles.data(), {y.data(), batch, d, d}, ws, exec);
+    layer.step({x.data(), batch, d, d}, cu.data(), batch, handles.data(), {y.data(), batch, d, d}, ws, nullptr, exec);
     benchmark::DoNotOptimize(y.data());
   }
   const index n_cols = cfg.q_heads * 2 * cfg.head_dim + 2 * cfg.kv_heads * cfg.head_dim;

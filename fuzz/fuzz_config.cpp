@@ -16,11 +16,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // The same steps as load_layer_config after reading the file.
     const nlohmann::json j = gattn::io::detail::parse_json_text(text, "<fuzz>");
     if (!j.is_object()) return 0;
-    const gattn::layer_config cfg = gattn::io::parse_layer_config(j);
-    // What `gattn cost` does with an accepted config (every layer kind, the delta-rule ones included).
-    (void)std::visit([](const auto& c) { return gattn::cost(c); }, cfg);
+    try {
+      const gattn::layer_config cfg = gattn::io::parse_layer_config(j);  // a hybrid model's is refused
+      // What `gattn cost` does with an accepted config (every layer kind, the delta-rule ones included).
+      (void)std::visit([](const auto& c) { return gattn::cost(c); }, cfg);
+    } catch (const gattn::error&) {
+      // The layer-aware entry points below still read the file.
+    }
     if (j.contains("model_type")) {
       // The layer-aware entry points read keys parse_hf_config(j) may not reach.
+      (void)gattn::io::needs_layer_index(j);
       (void)gattn::io::first_attention_layer(j);
       for (gattn::index layer = 0; layer < 6; ++layer) {
         try {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -62,19 +63,24 @@ const char* const overview_text =
     "'gattn <command> --help' describes a command; 'gattn --version' prints the version.\n";
 
 const char* const run_help =
-    "usage: gattn run --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]\n"
+    "usage: gattn run --config C.json --weights W --input X.safetensors [--output Y.safetensors]\n"
     "  Runs the layer on 'x' [T, d] from the input file and writes 'y' [T, d] (F32).\n"
     "  --config C           gattn config, or a Hugging Face config.json (has 'model_type')\n"
+    "  --weights W          the checkpoint: one .safetensors file, a sharded model.safetensors.index.json\n"
+    "                       (its shards beside it), or a directory holding either (the index, else\n"
+    "                       model.safetensors, else its one *.safetensors file)\n"
     "  --layer N            Hugging Face models: layer N (a softmax-attention layer, weights\n"
     "                       model.layers.N.self_attn.*, or a Gated DeltaNet / KDA layer, weights\n"
-    "                       model.layers.N.linear_attn.* (Qwen3-Next) or .self_attn.* (Kimi))\n"
+    "                       model.layers.N.linear_attn.* (Qwen3-Next) or .self_attn.* (Kimi)). A hybrid\n"
+    "                       model (Qwen3-Next, Kimi Linear) needs it unless the weights hold one layer\n"
     "  --prefix P           weight-name prefix (default: the layer's, else found when the file holds one layer)\n"
     "  --output Y           where to write 'y'; optional with --check\n"
     "  --decode-from K      prefill K tokens, then decode the rest one at a time through the KV cache\n"
     "                       (a delta-rule layer: through its recurrent state)\n"
     "  --stats S.json       write the paper's statistics (docs/spec.md §6) as JSON\n"
     "  --check              compare with 'y' in the input file: prints max|dy|/max|y|, exit 1 above --tol\n"
-    "  --tol R              --check tolerance (default 1e-4)\n"
+    "  --tol R              --check tolerance (default docs/spec.md §10's for the cache: 5e-4 for a bf16\n"
+    "                       cache, 1e-2 with --kv-numerics fast on a bf16/f16 cache, else 1e-4)\n"
     "  --reference          run SDPA on the double-precision oracle\n"
     "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
     "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
@@ -96,11 +102,12 @@ const char* const cost_help =
     "  --layers L         layers to count (default: the config's gattn layers when it says which, else 1)\n"
     "  --context N        keys of context for FLOPs per token (default 4096)\n"
     "  --tokens N         tokens of one sequence for activation bytes (default 4096)\n"
-    "  --weight-dtype T   weight element type f32, bf16 or f16 for the weight bytes (default f32)\n"
+    "  --weight-dtype T   weight element type f32, bf16 or f16 for the weight bytes (default: a Hugging\n"
+    "                     Face config's torch_dtype, else f32)\n"
     "  --kv-dtype T       KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n";
 
 const char* const info_help =
-    "usage: gattn info [--weights W.safetensors]\n"
+    "usage: gattn info [--weights W]\n"
     "  Prints the version, the SIMD arch, the CPU features the build uses and this CPU has, and the\n"
     "  threads; with --weights, the file's tensors and metadata, and the layer types of the config.json\n"
     "  beside the weights (softmax attention, Gated DeltaNet, KDA).\n";
@@ -198,14 +205,9 @@ std::string find_prefix(const gattn::io::checkpoint& file, const arguments& args
                             (found.size() > 4 ? ", ..." : "") + "); choose one with --prefix or --layer");
 }
 
-/// The config file as JSON, for what the layer config does not carry (a model's layer count).
-/// Called after load_layer_config accepted the file, so reading and parsing have been checked.
-nlohmann::json read_config_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return gattn::io::detail::parse_json_text(text.str(), path);
-}
+/// The config file as JSON, for what the layer config does not carry (a model's layer count, its
+/// torch_dtype, whether it needs a layer index), read and checked as load_layer_config reads it.
+nlohmann::json read_config_json(const std::string& path) { return gattn::io::read_config_json(path); }
 
 /// Refuses, before any computation, an output path that cannot be written: a directory, a missing
 /// or unwritable parent directory, an existing unwritable file. (The write itself is checked too.)
@@ -329,6 +331,41 @@ struct run_options {
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;
 };
 
+/// The --check tolerance, and what a failure says about it when it is not the user's.
+struct check_tolerance {
+  double value = 1e-4;
+  std::string hint;  ///< appended to a failure's message (empty when --tol was given or the cache is f32)
+};
+
+/// docs/spec.md §10's layer tolerance for the layer's cache (a delta-rule layer's state is fp32),
+/// unless --tol gives one. A low-precision cache also explains a failure: the reference must round
+/// K and V the same way, and an fp32 reference misses by more than the tolerance.
+check_tolerance check_tolerance_for(const arguments& args, const gattn::layer_config& cfg) {
+  check_tolerance t;
+  gattn::storage_type kv = gattn::storage_type::f32;
+  gattn::kv_numerics numerics = gattn::kv_numerics::exact;
+  std::visit(
+      [&](const auto& c) {
+        if constexpr (!std::is_same<std::decay_t<decltype(c)>, gattn::delta_config>::value) {
+          kv = c.kv_cache_type;
+          numerics = c.kv_numerics;
+        }
+      },
+      cfg);
+  const bool low = kv != gattn::storage_type::f32;
+  t.value = low && numerics == gattn::kv_numerics::fast ? 1e-2 : kv == gattn::storage_type::bf16 ? 5e-4 : 1e-4;
+  if (args.has("--tol")) {
+    t.value = args.positive_number("--tol", t.value);
+    return t;
+  }
+  if (low)
+    t.hint = std::string(" (the default for a ") + gattn::to_string(kv) + " cache, docs/spec.md §10: 'y' must come from a "
+             "reference that rounds K and V to " + gattn::to_string(kv) + " as well; against an fp32 reference a " +
+             gattn::to_string(kv) + " cache misses by about " + (kv == gattn::storage_type::bf16 ? "1e-3 to 2e-3" : "2e-4 to 3e-4") +
+             ": give --tol)";
+  return t;
+}
+
 /// --batch-lengths and --block-size, checked with the other usage errors (before any file is read).
 struct batch_options {
   std::vector<gattn::index> lengths;  ///< empty: not a batch run
@@ -353,8 +390,9 @@ batch_options parse_batch_options(const arguments& args) {
 }
 
 /// The batch mode of `run` (tools/cli_batch.cpp), once the layer and the input are loaded.
-int run_batch_command(const arguments& args, const batch_options& batch, const gattn::cli::run_layer& layer,
-                      const std::vector<float>& x, gattn::index T, const std::vector<double>& y_ref, int rank, int ranks) {
+int run_batch_command(const arguments& args, const batch_options& batch, const check_tolerance& tol,
+                      const gattn::cli::run_layer& layer, const std::vector<float>& x, gattn::index T,
+                      const std::vector<double>& y_ref, int rank, int ranks) {
   for (gattn::index L : batch.lengths)
     if (L > T) throw usage_error("--batch-lengths: length " + std::to_string(L) + " is past the input's " + std::to_string(T) + " tokens");
   gattn::detail::require<gattn::cache_error>(layer.causal(), "--batch-lengths needs a causal layer (the config says causal=false)");
@@ -370,7 +408,7 @@ int run_batch_command(const arguments& args, const batch_options& batch, const g
                  gattn::default_arch_name().c_str(), available_threads(),
                  ranks > 1 ? (" ranks=" + std::to_string(ranks)).c_str() : "");
   if (!args.flag("--check")) return 0;
-  const double tolerance = args.positive_number("--tol", 1e-4);
+  const double tolerance = tol.value;
   double worst = 0;
   for (std::size_t s = 0; s < y.size(); ++s) {
     const double rel = relative_error(y[s], std::vector<double>(y_ref.begin(), y_ref.begin() + std::ptrdiff_t(y[s].size())));
@@ -380,7 +418,7 @@ int run_batch_command(const arguments& args, const batch_options& batch, const g
   }
   if (!(worst <= tolerance))
     throw run_failure("--check: relative error " + short_number(worst) + " is above --tol " + short_number(tolerance) +
-                      " for a sequence of --batch-lengths");
+                      " for a sequence of --batch-lengths" + tol.hint);
   return 0;
 }
 
@@ -388,7 +426,7 @@ int run_batch_command(const arguments& args, const batch_options& batch, const g
 struct run_request {
   std::string config_path, input_path;
   bool check = false;
-  double tolerance = 1e-4;
+  check_tolerance tolerance;  ///< set once the layer's config is known
   gattn::index layer_index = -1, decode_from = -1;
   gattn::mla_form form = gattn::mla_form::automatic;
   run_options options;
@@ -405,7 +443,7 @@ run_request parse_run_request(const arguments& args, bool root) {
   r.check = args.flag("--check");
   if (!r.check) args.need("--output");
   if (args.has("--tol") && !r.check) throw usage_error("option --tol needs --check");
-  r.tolerance = args.positive_number("--tol", 1e-4);
+  (void)args.positive_number("--tol", 1e-4);  // a malformed --tol is a usage error before any file is read
   r.layer_index = args.integer("--layer", -1, 0);
   r.decode_from = args.integer("--decode-from", -1, 0);
   r.form = args.choice("--mla-form", {gattn::mla_form::automatic, gattn::mla_form::absorbed, gattn::mla_form::expanded},
@@ -530,13 +568,13 @@ run_timing run_sequence(const gattn::cli::run_layer& layer, const run_input& in,
 
 /// --check: prints the relative error and throws run_failure above the tolerance (NaN fails).
 void check_run_output(const run_request& r, const std::vector<float>& y, const std::vector<double>& y_ref) {
-  const double rel = relative_error(y, y_ref);
-  const bool ok = rel <= r.tolerance;
-  std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(r.tolerance) << " "
+  const double rel = relative_error(y, y_ref), tol = r.tolerance.value;
+  const bool ok = rel <= tol;
+  std::cout << "check: max|y-y_ref|/max|y_ref|=" << short_number(rel) << " tol=" << short_number(tol) << " "
             << (ok ? "ok" : "FAILED") << "\n";
   if (!ok)
-    throw run_failure("--check: relative error " + short_number(rel) + " is above --tol " + short_number(r.tolerance) +
-                      " (against 'y' in " + r.input_path + ")");
+    throw run_failure("--check: relative error " + short_number(rel) + " is above --tol " + short_number(tol) +
+                      " (against 'y' in " + r.input_path + ")" + r.tolerance.hint);
 }
 
 /// The files a run reads: the config, the input, and the checkpoint's index and shards.
@@ -558,13 +596,43 @@ struct prepared_run {
   run_input input;
 };
 
+/// A hybrid model's config (softmax and gated delta-rule layers) does not say which layer to run:
+/// without --layer, the layer is the one the weights hold (their prefix model.layers.N.), else the
+/// run is refused with the layers of each kind.
+void resolve_layer(const arguments& args, const gattn::io::checkpoint& weights, run_request& r) {
+  if (r.layer_index >= 0) return;
+  const nlohmann::json j = read_config_json(r.config_path);
+  if (!j.contains("model_type") || !gattn::io::needs_layer_index(j)) return;
+  const std::string stem = "model.layers.";
+  const std::string prefix = find_prefix(weights, args);
+  std::size_t digits = 0;
+  while (stem.size() + digits < prefix.size() && std::isdigit(static_cast<unsigned char>(prefix[stem.size() + digits])))
+    ++digits;
+  if (prefix.compare(0, stem.size(), stem) == 0 && digits > 0 && digits < 9 && prefix[stem.size() + digits] == '.') {
+    r.layer_index = std::stoll(prefix.substr(stem.size(), digits));
+    return;
+  }
+  try {
+    (void)gattn::io::load_layer_config(r.config_path);  // refuses, naming the layers of each kind
+  } catch (const gattn::config_error& e) {
+    throw gattn::config_error(std::string(e.what()) + " (choose one with --layer N)");
+  }
+}
+
 void prepare_run(const arguments& args, gattn::cli::tp_group& group, prepared_run& p) {
   p.request = parse_run_request(args, group.root());
-  const run_request& r = p.request;
-  const gattn::layer_config cfg = run_config(args, r);
+  run_request& r = p.request;
   const auto weights = gattn::io::checkpoint::open(args.need("--weights"));
+  resolve_layer(args, weights, r);
+  const gattn::layer_config cfg = run_config(args, r);
+  r.tolerance = check_tolerance_for(args, cfg);
   if (group.root()) refuse_overwriting_inputs(args, run_inputs(r, args.need("--weights"), weights));
-  p.layer.emplace(cfg, run_weights(args, r, weights), group);
+  const gattn::weight_map w = run_weights(args, r, weights);
+  // Weights the checkpoint does not let gattn view in place take memory of their own: say so.
+  const gattn::io::weight_report report = gattn::io::load_report(w);
+  if (!report.all_in_place() && group.root() && !args.flag("--quiet"))
+    std::fprintf(stderr, "gattn: note: --weights: %s\n", report.summary().c_str());
+  p.layer.emplace(cfg, w, group);
   if (args.flag("--reference")) p.layer->set_sdpa(&gattn::reference_sdpa);
   if (r.form != gattn::mla_form::automatic) p.layer->set_mla_form(r.form);
   p.input = read_run_input(r, p.layer->hidden());
@@ -651,7 +719,8 @@ int run_command(int argc, char** argv) {
   const run_input& in = prepared.input;
   const gattn::index d = layer.hidden();
   if (!r.batch.lengths.empty())
-    return run_batch_command(args, r.batch, layer, in.x, in.tokens, in.y_ref, group.root() ? 0 : 1, group.size());
+    return run_batch_command(args, r.batch, r.tolerance, layer, in.x, in.tokens, in.y_ref, group.root() ? 0 : 1,
+                             group.size());
 
   gattn::statistics_observer observer;
   gattn::statistics_observer* stats = args.has("--stats") ? &observer : nullptr;
@@ -676,28 +745,79 @@ int run_command(int argc, char** argv) {
   return 0;
 }
 
+/// The weight type `cost` counts: --weight-dtype, else a Hugging Face config's torch_dtype (newer
+/// transformers: dtype), else f32. A torch_dtype that is none of f32, bf16, f16 is said, not guessed.
+gattn::storage_type cost_weight_type(const arguments& args, const nlohmann::json& j) {
+  if (args.has("--weight-dtype"))
+    return args.choice("--weight-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!j.contains("model_type") || !j.contains(key) || !j.at(key).is_string()) continue;
+    const std::string name = j.at(key).get<std::string>();
+    if (name == "bfloat16" || name == "bf16") return gattn::storage_type::bf16;
+    if (name == "float16" || name == "f16" || name == "half") return gattn::storage_type::f16;
+    if (name == "float32" || name == "f32" || name == "float") return gattn::storage_type::f32;
+    std::fprintf(stderr, "gattn: note: cost: '%s'=\"%s\" is not f32, bf16 or f16: weight bytes are counted in f32 "
+                 "(--weight-dtype chooses)\n", key, name.c_str());
+    return gattn::storage_type::f32;
+  }
+  return gattn::storage_type::f32;
+}
+
+/// What `cost` counts of a config file: its layer config (a Hugging Face model's first softmax
+/// layer, when it has one) and, for a Hugging Face model, its layers by kind when the config says.
+struct cost_plan {
+  std::optional<gattn::layer_config> softmax;
+  std::optional<gattn::io::detail::hf_layer_census> census;
+};
+
+cost_plan plan_cost(const std::string& path, const nlohmann::json& j) {
+  cost_plan p;
+  if (!j.contains("model_type")) {
+    p.softmax = gattn::io::load_layer_config(path);
+    return p;
+  }
+  try {
+    p.census = gattn::io::attention_layers(j);
+    if (!p.census) p.softmax = gattn::io::parse_layer_config(j, gattn::io::first_attention_layer(j));
+    else if (!p.census->attention.empty()) p.softmax = gattn::io::parse_layer_config(j, p.census->attention.front());
+  } catch (const gattn::config_error& e) {
+    throw gattn::config_error(path + ": " + e.what());  // as load_layer_config names the file
+  }
+  if (!p.softmax && (!p.census || p.census->linear.empty()))
+    throw gattn::config_error(path + ": the model has no layer gattn computes");
+  return p;
+}
+
+/// Layer `layer` of a Hugging Face model, refused with the file's name.
+gattn::layer_config layer_of(const std::string& path, const nlohmann::json& j, gattn::index layer) {
+  try {
+    return gattn::io::parse_layer_config(j, layer);
+  } catch (const gattn::config_error& e) {
+    throw gattn::config_error(path + ": " + e.what());
+  }
+}
+
 int cost_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--config", "--layers", "--context", "--tokens", "--weight-dtype", "--kv-dtype"}, {});
   const std::string config_path = args.need("--config");
   const gattn::index context = args.integer("--context", 4096, 0);
   const gattn::index tokens = args.integer("--tokens", 4096, 0);
   gattn::index layers = args.integer("--layers", 1, 1);
-  const gattn::storage_type weights =
-      args.choice("--weight-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  if (args.has("--weight-dtype")) (void)cost_weight_type(args, nlohmann::json::object());  // usage errors first
   const std::optional<gattn::storage_type> kv_dtype =
       args.has("--kv-dtype") ? std::optional(args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32))
                              : std::nullopt;
-  const gattn::layer_config cfg = gattn::io::load_layer_config(config_path);
   const nlohmann::json j = read_config_json(config_path);
-  // A hybrid model (Qwen3-Next, Kimi Linear) has softmax and gated delta-rule layers: each kind is
-  // counted with its own layer count, then the model's totals.
-  std::optional<gattn::io::detail::hf_layer_census> census;
-  if (j.contains("model_type")) census = gattn::io::attention_layers(j);
+  const gattn::storage_type weights = cost_weight_type(args, j);
+  const cost_plan plan = plan_cost(config_path, j);
   const auto layer_cost_of = [&](const gattn::layer_config& c) {
     gattn::layer_cost lc = std::visit([](const auto& l) { return gattn::cost(l); }, c);
     if (kv_dtype && !lc.is_delta) lc.kv_cache_type = *kv_dtype;
     return lc;
   };
+  // A hybrid model (Qwen3-Next, Kimi Linear) has softmax and gated delta-rule layers: each kind is
+  // counted with its own layer count, then the model's totals. --layers counts the softmax layer.
+  const auto& census = plan.census;
   if (!census || census->linear.empty() || args.has("--layers")) {
     if (census) {
       std::cout << "model: " << census->attention.size() + census->linear.size() << " of " << census->total
@@ -705,18 +825,23 @@ int cost_command(int argc, char** argv) {
       if (!args.has("--layers")) layers = gattn::index(census->attention.size());
       std::cout << (args.has("--layers") ? "; counting --layers " : "; counting ") << layers << "\n\n";
     }
-    std::cout << gattn::format_cost_report(layer_cost_of(cfg), layers, context, tokens, weights);
+    if (!plan.softmax) throw gattn::config_error(config_path + ": --layers counts softmax-attention layers; the model has none");
+    std::cout << gattn::format_cost_report(layer_cost_of(*plan.softmax), layers, context, tokens, weights);
     return 0;
   }
-  const gattn::layer_cost softmax = layer_cost_of(cfg);
-  const gattn::layer_cost linear = layer_cost_of(gattn::io::parse_layer_config(j, census->linear.front()));
+  const gattn::layer_cost linear = layer_cost_of(layer_of(config_path, j, census->linear.front()));
   const gattn::index n_soft = gattn::index(census->attention.size()), n_lin = gattn::index(census->linear.size());
   std::cout << "model: " << census->total << " layers: " << n_soft << " softmax-attention ("
             << gattn::io::detail::hf_layer_list(census->attention) << "), " << n_lin << " gated delta-rule ("
             << gattn::io::detail::hf_layer_list(census->linear) << ")\n\n";
-  if (n_soft > 0) std::cout << gattn::format_cost_report(softmax, n_soft, context, tokens, weights) << "\n";
+  std::vector<std::pair<gattn::layer_cost, gattn::index>> kinds;
+  if (n_soft > 0) {
+    kinds.emplace_back(layer_cost_of(*plan.softmax), n_soft);
+    std::cout << gattn::format_cost_report(kinds.back().first, n_soft, context, tokens, weights) << "\n";
+  }
+  kinds.emplace_back(linear, n_lin);
   std::cout << gattn::format_cost_report(linear, n_lin, context, tokens, weights) << "\n";
-  std::cout << gattn::format_model_summary({{softmax, n_soft}, {linear, n_lin}}, context, weights);
+  std::cout << gattn::format_model_summary(kinds, context, weights);
   return 0;
 }
 

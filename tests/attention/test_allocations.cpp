@@ -163,7 +163,7 @@ TEST(Allocations, GqaBatchedDecodeStepAllocatesNothing) {
   for (auto& cache : caches) layer.prefill({x.data(), prompt, d, d}, cache, {y.data(), prompt, d, d});
   const index cu[B + 1] = {0, 1, 2, 3, 4};
   const auto step = [&] {
-    layer.step({x.data(), B, d, d}, cu, B, handles.data(), {y.data(), B, d, d}, ws, execution_context::serial());
+    layer.step({x.data(), B, d, d}, cu, B, handles.data(), {y.data(), B, d, d}, ws, nullptr, execution_context::serial());
   };
   for (index t = 0; t < steps; ++t) step();
   for (auto& cache : caches) cache.truncate(prompt);
@@ -193,7 +193,7 @@ TEST(Allocations, DeltaDecodeStepsAllocateNothing) {
       gattn::layer_workspace ws;
       layer.reserve(ws, B, B, exec);
       const index cu[B + 1] = {0, 1, 2, 3, 4};
-      const auto batch = [&] { layer.step({x.data(), B, d, d}, cu, B, seqs.data(), {y.data(), B, d, d}, ws, exec); };
+      const auto batch = [&] { layer.step({x.data(), B, d, d}, cu, B, seqs.data(), {y.data(), B, d, d}, ws, nullptr, exec); };
       batch();
       for (index t = 0; t < steps; ++t) EXPECT_EQ(allocations_of(batch), 0) << gattn::to_string(kind) << " batch " << t;
     }

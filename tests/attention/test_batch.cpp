@@ -55,7 +55,7 @@ std::vector<std::vector<float>> run_batch(const any_layer& layer, const std::vec
       const index s = members[i], n = cu[i + 1] - cu[i];
       std::memcpy(xb.data() + cu[i] * d, x.data() + done[std::size_t(s)] * d, sizeof(float) * std::size_t(n * d));
     }
-    layer.step({xb.data(), N, d, d}, cu.data(), index(members.size()), handles.data(), {yb.data(), N, d, d}, ws, exec);
+    layer.step({xb.data(), N, d, d}, cu.data(), index(members.size()), handles.data(), {yb.data(), N, d, d}, ws, nullptr, exec);
     for (std::size_t i = 0; i < members.size(); ++i) {
       const index s = members[i], n = cu[i + 1] - cu[i];
       std::memcpy(y[std::size_t(s)].data() + done[std::size_t(s)] * d, yb.data() + cu[i] * d,
@@ -172,6 +172,33 @@ TEST(Batch, BadOffsetsAndRepeatedCachesAreRefused) {
       [&] { b.layer->step({b.x.data(), 4, d, d}, cu, 2, same.data(), {b.y.data(), 4, d, d}, b.ws); },
       "same sequence");
   EXPECT_EQ(b.caches[0].size(), 0);
+}
+
+// A cache of another element type than the layer's kv_cache_dtype is refused, naming both, before
+// anything is appended: a pool or a cache of f32 given to a bf16 layer, and the other way round.
+TEST(Batch, ACacheOfAnotherDtypeIsRefused) {
+  two_sequences b(gattn::storage_type::bf16);
+  gattn::gqa_config f32 = b.cfg;
+  f32.kv_cache_type = gattn::storage_type::f32;
+  kv_cache plain(f32, 8);
+  gattn::paged_kv_cache pool(f32, 8, 4);
+  const auto id = pool.create();
+  const index d = b.cfg.hidden, cu[3] = {0, 2, 4};
+  for (const sequence_cache& wrong : {sequence_cache(plain), sequence_cache(pool, id)}) {
+    std::vector<sequence_cache> h{b.caches[0], wrong};
+    expect_error<gattn::cache_error>(
+        [&] { b.layer->step({b.x.data(), 4, d, d}, cu, 2, h.data(), {b.y.data(), 4, d, d}, b.ws); },
+        "holds f32 rows, the layer's kv_cache_dtype is bf16");
+  }
+  expect_error<gattn::cache_error>([&] { b.layer->prefill({b.x.data(), 2, d, d}, plain, {b.y.data(), 2, d, d}); },
+                                   "(a kv_cache) holds f32 rows");
+  EXPECT_EQ(b.caches[0].size(), 0);
+  EXPECT_EQ(plain.size(), 0);
+  EXPECT_EQ(pool.size(id), 0);
+  EXPECT_EQ(pool.free_blocks(), 8);
+  const gattn::gqa_layer f32_layer(f32, test::random_gqa_weights(f32, 11));
+  expect_error<gattn::cache_error>([&] { f32_layer.prefill({b.x.data(), 2, d, d}, b.caches[0], {b.y.data(), 2, d, d}); },
+                                   "holds bf16 rows, the layer's kv_cache_dtype is f32");
 }
 
 // Sequences never see each other: a NaN in one sequence's rows leaves the other's outputs as

@@ -130,10 +130,12 @@ hf_vector load_hf_vector(const std::string& name) {
           io.metadata().at("prefix")};
 }
 
-/// The config_error message parse_hf_config throws ("" and a failure when it accepts the config).
-std::string hf_error(const json& j) {
+/// The config_error message parse_hf_config throws for `layer` (-1: none) ("" and a failure when it
+/// accepts the config).
+std::string hf_error(const json& j, gattn::index layer = -1) {
   try {
-    parse_hf_config(j);
+    if (layer < 0) parse_hf_config(j);
+    else parse_hf_config(j, layer);
   } catch (const config_error& e) {
     return e.what();
   } catch (const std::exception& e) {
@@ -182,7 +184,6 @@ json deepseek_json() {
 
 TEST(HfConfigVectors, Qwen3NextMatchesGattnConfig) {
   const auto v = load_hf_vector("hf_qwen3_next");
-  expect_same(parse_hf_config(v.hf), v.expected);
   expect_same(parse_hf_config(v.hf, 3), v.expected);
   EXPECT_EQ(gattn::io::hf_layer_prefix(v.hf, 3), v.prefix);
   EXPECT_EQ(gattn::io::first_attention_layer(v.hf), 3);
@@ -207,7 +208,7 @@ TEST(HfConfigQwen3Next, DefaultsPartialRotaryAndHeadDim) {
   j.erase("head_dim");
   j.erase("rope_theta");
   j.erase("rms_norm_eps");
-  const auto c = std::get<gqa_config>(parse_hf_config(j));
+  const auto c = std::get<gqa_config>(parse_hf_config(j, 3));
   EXPECT_EQ(c.head_dim, 16);                  // hidden / heads
   EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.25);
   EXPECT_EQ(c.rope.rotary_dim, 4);
@@ -225,7 +226,7 @@ TEST(HfConfigQwen3Next, RopeParametersCarryThetaAndYarn) {
   j.erase("rope_theta");
   j["max_position_embeddings"] = 131072;
   j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e6}, {"factor", 4.0}};
-  const auto c = std::get<gqa_config>(parse_hf_config(j));
+  const auto c = std::get<gqa_config>(parse_hf_config(j, 3));
   EXPECT_DOUBLE_EQ(c.rope.theta, 5e6);
   EXPECT_TRUE(c.rope.scaling.yarn);
   EXPECT_DOUBLE_EQ(c.rope.scaling.factor, 4.0);
@@ -234,13 +235,13 @@ TEST(HfConfigQwen3Next, RopeParametersCarryThetaAndYarn) {
   EXPECT_DOUBLE_EQ(c.attention_scale, 0.0);  // GQA: YaRN acts through cos/sin only
 
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e6}};
-  EXPECT_FALSE(std::get<gqa_config>(parse_hf_config(j)).rope.scaling.yarn);
+  EXPECT_FALSE(std::get<gqa_config>(parse_hf_config(j, 3)).rope.scaling.yarn);
 }
 
 TEST(HfConfigQwen3Next, NestedRopeParametersUseFullAttention) {
   json j = qwen3_next_json();
   j["rope_parameters"] = {{"full_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
-  EXPECT_THAT(hf_error(j), HasSubstr("linear"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("linear"));
 }
 
 TEST(HfConfigQwen3Next, AttentionBiasAndIgnoredKeys) {
@@ -250,7 +251,7 @@ TEST(HfConfigQwen3Next, AttentionBiasAndIgnoredKeys) {
   j["num_experts"] = 512;
   j["linear_num_value_heads"] = 32;
   j["tie_word_embeddings"] = false;
-  expect_same(parse_hf_config(j), parse_hf_config(qwen3_next_json()));
+  expect_same(parse_hf_config(j, 3), parse_hf_config(qwen3_next_json(), 3));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ TEST(HfConfigRefusal, OtherRopeTypes) {
 TEST(HfConfigRefusal, DisagreeingRopeTheta) {
   json j = qwen3_next_json();
   j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
-  EXPECT_THAT(hf_error(j), HasSubstr("rope_theta"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("rope_theta"));
 }
 
 TEST(HfConfigRefusal, Qwen3SlidingWindowInUse) {
@@ -415,7 +416,7 @@ TEST(HfConfigRefusal, Qwen3SlidingWindowInUse) {
 TEST(HfConfigRefusal, SlidingWindowWithoutASwitch) {
   json j = qwen3_next_json();
   j["sliding_window"] = 4096;
-  EXPECT_THAT(hf_error(j), HasSubstr("sliding_window"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("sliding_window"));
   json k = deepseek_json();
   k["use_sliding_window"] = true;
   EXPECT_THAT(hf_error(k), HasSubstr("use_sliding_window"));
@@ -445,16 +446,16 @@ TEST(HfConfigRefusal, ForeignFamilySwitches) {
     for (const char* key : {"mla_use_output_gate", "mla_use_nope"}) {
       json j = base;
       j[key] = true;
-      EXPECT_THAT(hf_error(j), HasSubstr(key));
+      EXPECT_THAT(hf_error(j, 3), HasSubstr(key));
       j[key] = false;  // switched off: harmless
-      EXPECT_NO_THROW(parse_hf_config(j));
+      EXPECT_NO_THROW(parse_hf_config(j, 3));
     }
   }
   for (const json& base : {qwen3_next_json(), deepseek_json()}) {
     for (const char* key : {"headwise_attn_output_gate", "elementwise_attn_output_gate"}) {
       json j = base;
       j[key] = true;
-      EXPECT_THAT(hf_error(j), HasSubstr(key));
+      EXPECT_THAT(hf_error(j, 3), HasSubstr(key));
     }
   }
 }
@@ -487,24 +488,24 @@ TEST(HfConfigRefusal, WrongTypesNameTheKey) {
   for (const auto& c : cases) {
     json j = c.base;
     j[c.key] = c.value;
-    EXPECT_THAT(hf_error(j), HasSubstr(c.key)) << j.dump();
+    EXPECT_THAT(hf_error(j, 3), HasSubstr(c.key)) << j.dump();  // layer 3: a softmax layer of each base
   }
 }
 
 TEST(HfConfigRefusal, InvalidValuesAreValidated) {
   json j = qwen3_next_json();
   j["num_key_value_heads"] = 3;  // 4 % 3 != 0
-  EXPECT_THAT(hf_error(j), HasSubstr("num_key_value_heads"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("num_key_value_heads"));
   j = qwen3_next_json();
   j["partial_rotary_factor"] = 0.3;  // 32 * 0.3 is not an even integer
-  EXPECT_THAT(hf_error(j), HasSubstr("partial_rotary_factor"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("partial_rotary_factor"));
   j = qwen3_next_json();
   j.erase("head_dim");
   j["num_attention_heads"] = 0;
-  EXPECT_THAT(hf_error(j), HasSubstr("num_attention_heads"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("num_attention_heads"));
   j = deepseek_json();
   j["rope_scaling"] = {{"type", "yarn"}, {"original_max_position_embeddings", 4096}};
-  EXPECT_THAT(hf_error(j), HasSubstr("factor"));
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("factor"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,6 +589,34 @@ TEST(HfConfigLayers, AttentionLayersCountsOnlyGattnLayers) {
   EXPECT_THROW(gattn::io::attention_layers(j), config_error);
 }
 
+// A hybrid model's config without a layer index does not say which layer is meant: refused, with
+// the layers of each kind named, instead of silently describing the first softmax layer.
+TEST(HfConfigLayers, HybridModelWithoutALayerIsRefusedNamingTheLayers) {
+  const std::string path = data_path("hf_qwen3_next/config.json");
+  EXPECT_TRUE(gattn::io::needs_layer_index(read_json(path)));
+  const std::string m = config_error_of([&] { gattn::io::load_layer_config(path); });
+  EXPECT_THAT(m, HasSubstr(path));
+  EXPECT_THAT(m, HasSubstr("full_attention (gqa) layers 3, 7"));
+  EXPECT_THAT(m, HasSubstr("linear_attention (gated_deltanet) layers 0, 1, 2, 4, 5, 6"));
+  const std::string kimi = data_path("hf_kimi_linear/config.json");
+  EXPECT_TRUE(gattn::io::needs_layer_index(read_json(kimi)));
+  const std::string k = config_error_of([&] { gattn::io::load_layer_config(kimi); });
+  EXPECT_THAT(k, HasSubstr("(mla) layers"));
+  EXPECT_THAT(k, HasSubstr("(kda) layers"));
+  // Without a layer count the rule is named instead of a list.
+  json j = qwen3_next_json();
+  j.erase("num_hidden_layers");
+  EXPECT_THAT(hf_error(j), HasSubstr("full_attention (gqa) layers 3, 7, ..."));
+  // One kind of layer: no index needed.
+  j["full_attention_interval"] = 1;
+  EXPECT_FALSE(gattn::io::needs_layer_index(j));
+  EXPECT_NO_THROW(parse_hf_config(j));
+  for (const json& one_kind : {qwen3_json(), deepseek_json()}) {
+    EXPECT_FALSE(gattn::io::needs_layer_index(one_kind));
+    EXPECT_NO_THROW(parse_hf_config(one_kind));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The file dispatcher
 
@@ -624,7 +653,7 @@ TEST(HfConfigFile, DispatchesOnModelType) {
   const std::string gattn_file = data_path("gqa_plain.config.json");
   expect_same(gattn::io::load_layer_config(gattn_file), parse_gattn_config(read_json(gattn_file)));
   const auto v = load_hf_vector("hf_qwen3_next");
-  expect_same(gattn::io::load_layer_config(data_path("hf_qwen3_next/config.json")), v.expected);
+  expect_same(gattn::io::load_layer_config(data_path("hf_qwen3_next/config.json"), 3), v.expected);
   const auto w = load_hf_vector("hf_deepseek_v3_gated");
   expect_same(gattn::io::load_layer_config(data_path("hf_deepseek_v3_gated/config.json")), w.expected);
 }

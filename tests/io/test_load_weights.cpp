@@ -69,6 +69,44 @@ TEST(LoadWeights, AMisalignedTensorIsCopiedNotReadUnaligned) {
   EXPECT_EQ(v.widened(), (std::vector<float>{1, -1}));
 }
 
+// A legal file whose data is not aligned loads as fp32 copies: load_report says which and why, and
+// load_options::strict_in_place refuses them instead.
+TEST(LoadWeights, CopiesAreReportedAndStrictInPlaceRefusesThem) {
+  const std::vector<std::uint8_t> u = {1};
+  const std::vector<std::uint16_t> bf = {0x3F80, 0xBF80, 0x4000, 0x0000};
+  const std::vector<double> d = {0.5};
+  const auto file = safetensors_file::parse(io::serialize_safetensors(
+      {{"l.a.index", dtype::u8, {1}, u.data()}, {"l.b.weight", dtype::bf16, {2, 2}, bf.data()},
+       {"l.c.weight", dtype::f64, {1}, d.data()}}));
+  ASSERT_NE(reinterpret_cast<std::uintptr_t>(file.view("l.b.weight").data()) % 2, 0u);
+  io::load_options lenient;
+  lenient.skip_non_float = true;
+  const weight_map w = io::load_weights(file, "l.", lenient);
+  const io::weight_report r = io::load_report(w);
+  EXPECT_FALSE(r.all_in_place());
+  EXPECT_EQ(r.tensors, 2);
+  ASSERT_EQ(r.converted.size(), 2u);
+  EXPECT_EQ(r.converted[0].name, "b.weight");
+  EXPECT_EQ(r.converted[0].bytes, 4 * 4);  // a bf16 tensor widened: twice its stored size
+  EXPECT_NE(std::string(r.converted[0].reason).find("not aligned"), std::string::npos);
+  EXPECT_NE(std::string(r.converted[1].reason).find("F64"), std::string::npos);
+  EXPECT_NE(r.summary().find("2 of 2 tensors are fp32 copies"), std::string::npos) << r.summary();
+  EXPECT_NE(w.get("b.weight", {2, 2}).row_range(1, 1).conversion(), nullptr);  // sub-views say so too
+  io::load_options strict = lenient;
+  strict.strict_in_place = true;
+  try {
+    (void)io::load_weights(file, "l.", strict);
+    ADD_FAILURE() << "strict_in_place accepted a misaligned tensor";
+  } catch (const weight_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'l.b.weight' (BF16 [2, 2]) cannot be viewed in place"), std::string::npos)
+        << e.what();
+  }
+  // An aligned file: every tensor a view, and strict_in_place accepts it.
+  const auto aligned = safetensors_file::parse(io::serialize_safetensors({{"l.b.weight", dtype::bf16, {2, 2}, bf.data()}}));
+  EXPECT_TRUE(io::load_report(io::load_weights(aligned, "l.", strict)).all_in_place());
+  EXPECT_EQ(io::load_report(io::load_weights(aligned, "l.", strict)).summary(), "all 1 tensors are views of the checkpoint");
+}
+
 /// The case's weights rounded to `type` and stored in a safetensors buffer, as a checkpoint would.
 safetensors_file stored_as(const weight_map& fp32, dtype type, std::vector<std::vector<std::uint16_t>>& keep) {
   std::vector<tensor_to_write> tensors;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -337,6 +338,91 @@ TEST(Cli, LayerPicksAQwen3NextFullAttentionLayer) {
   const auto gattn_config = run_plain("--check --layer 0");
   EXPECT_EQ(gattn_config.status, 1);
   EXPECT_THAT(gattn_config.err, ::testing::HasSubstr("describes one layer"));
+}
+
+// --check's default tolerance is docs/spec.md §10's for the layer's cache: 5e-4 for a bf16 cache.
+// Against a reference that kept K and V in fp32 a bf16 cache misses, and the failure says why.
+TEST(Cli, CheckToleranceFollowsTheCacheDtype) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const std::string st = test::data_path("gqa_kv_bf16.safetensors");
+  const auto bf16 = run_cli("run --check --quiet --config '" + test::data_path("gqa_kv_bf16.config.json") +
+                            "' --weights '" + st + "' --input '" + st + "'");
+  EXPECT_EQ(bf16.status, 0) << bf16.out << bf16.err;
+  EXPECT_THAT(bf16.out, ::testing::HasSubstr(" tol=0.0005 ok"));
+  const std::string dir = test::data_path("hf_qwen3_next");
+  const std::string base = "run --check --quiet --config '" + dir + "/config.json' --weights '" + dir +
+                           "/model.safetensors' --input '" + dir + "/io.safetensors' --kv-dtype ";
+  const auto f32 = run_cli(base + "f32");
+  EXPECT_EQ(f32.status, 0) << f32.err;
+  EXPECT_THAT(f32.out, ::testing::HasSubstr(" tol=0.0001 ok"));
+  const auto rounded = run_cli(base + "bf16");  // an fp32 reference: misses by ~2e-3
+  EXPECT_EQ(rounded.status, 1);
+  EXPECT_THAT(rounded.out, ::testing::HasSubstr(" tol=0.0005 FAILED"));
+  EXPECT_THAT(rounded.err, ::testing::HasSubstr("the default for a bf16 cache"));
+  EXPECT_THAT(rounded.err, ::testing::HasSubstr("give --tol"));
+  const auto given = run_cli(base + "bf16 --tol 1e-2");
+  EXPECT_EQ(given.status, 0) << given.err;
+}
+
+// A hybrid model's config does not say which layer to run: the weights' one layer does, else the
+// run is refused; --prefix naming a layer picks it.
+TEST(Cli, RunOnAHybridModelTakesTheLayerFromTheWeights) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const std::string dir = test::data_path("hf_qwen3_next");
+  const auto single = gattn::io::safetensors_file::open(dir + "/model.safetensors");
+  std::vector<gattn::io::tensor_to_write> tensors;
+  std::vector<std::string> names;
+  for (const auto& t : single.tensors()) names.push_back(t.name);
+  for (const std::string& name : names) {  // layer 3's weights, and the same again as layer 7's
+    const auto& t = single.info(name);
+    tensors.push_back({name, t.type, t.shape, single.raw(name)});
+    std::string seven = name;
+    seven.replace(seven.find("layers.3."), 9, "layers.7.");
+    tensors.push_back({seven, t.type, t.shape, single.raw(name)});
+  }
+  const fs::path two = scratch_dir() / "two_layers.safetensors";
+  gattn::io::write_safetensors(two.string(), tensors);
+  const std::string base = "run --check --quiet --config '" + dir + "/config.json' --input '" + dir + "/io.safetensors'";
+  const auto one = run_cli(base + " --weights '" + dir + "/model.safetensors'");
+  EXPECT_EQ(one.status, 0) << one.err;
+  const auto both = run_cli(base + " --weights '" + two.string() + "'");
+  EXPECT_EQ(both.status, 1);
+  EXPECT_THAT(both.err, ::testing::HasSubstr("--layer"));
+  const auto named = run_cli(base + " --weights '" + two.string() + "' --prefix model.layers.7.self_attn.");
+  EXPECT_EQ(named.status, 0) << named.err;
+  const auto chosen = run_cli(base + " --weights '" + two.string() + "' --layer 7");
+  EXPECT_EQ(chosen.status, 0) << chosen.err;
+}
+
+TEST(Cli, RunHelpNamesEveryFormOfWeights) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const auto help = run_cli("run --help");
+  EXPECT_THAT(help.out, ::testing::HasSubstr(".safetensors file"));
+  EXPECT_THAT(help.out, ::testing::HasSubstr("model.safetensors.index.json"));
+  EXPECT_THAT(help.out, ::testing::HasSubstr("a directory"));
+}
+
+// `cost` counts a Hugging Face model's weights in its torch_dtype unless --weight-dtype says
+// otherwise, and prints each row of the cache table once.
+TEST(Cli, CostTakesTheWeightDtypeFromTorchDtype) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const std::string cfg = test::data_path("hf_deepseek_v3_gated/config.json");  // torch_dtype bfloat16
+  const auto def = run_cli("cost --config '" + cfg + "'");
+  ASSERT_EQ(def.status, 0) << def.err;
+  EXPECT_THAT(def.out, ::testing::HasSubstr("weight bytes (bf16)"));
+  EXPECT_THAT(def.out, ::testing::HasSubstr("x 1 layer\n"));
+  const auto f32 = run_cli("cost --config '" + cfg + "' --weight-dtype f32");
+  ASSERT_EQ(f32.status, 0) << f32.err;
+  EXPECT_THAT(f32.out, ::testing::HasSubstr("weight bytes (f32)"));
+  std::map<std::string, int> rows;
+  bool in_cache = false;
+  for (const std::string& l : lines_of(def.out)) {
+    if (l.rfind("KV cache per token", 0) == 0) in_cache = true;
+    else if (l.empty()) in_cache = false;
+    else if (in_cache) ++rows[l.substr(0, l.find("  ", 2))];  // the label, up to the gap before the numbers
+  }
+  EXPECT_EQ(rows.size(), 2u) << def.out;  // the cache's f32 row and bf16 for comparison
+  for (const auto& [row, n] : rows) EXPECT_EQ(n, 1) << row;
 }
 
 TEST(Cli, CostCountsEveryLayerKind) {

@@ -87,24 +87,22 @@ class any_layer {
   }
   /// A batch of sequences (docs/spec.md §11; see gqa_layer::step) over KV caches.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
-            statistics_observer* s = nullptr) const {
-    std::visit([&](const auto* l) { l->step(x, cu_seqlens, batch, caches, y, ws, exec, s); },
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* s = nullptr,
+            const execution_context& exec = {}) const {
+    std::visit([&](const auto* l) { l->step(x, cu_seqlens, batch, caches, y, ws, s, exec); },
                softmax("step over KV caches"));
   }
   /// A batch of sequences over delta-rule states (see delta_layer::step).
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
-            statistics_observer* s = nullptr) const {
-    delta("step over delta-rule states").step(x, cu_seqlens, batch, states, y, ws, exec, s);
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* s = nullptr,
+            const execution_context& exec = {}) const {
+    delta("step over delta-rule states").step(x, cu_seqlens, batch, states, y, ws, s, exec);
   }
   /// Sizes `ws` for calls of up to max_tokens rows in max_batch sequences of at most max_context
   /// cached tokens (only MLA's workspace depends on the context), on `exec`'s threads.
   void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context,
                const execution_context& exec = {}) const {
-    if (const auto* m = std::get_if<mla_layer>(&impl_)) m->reserve(ws, max_tokens, max_batch, max_context);
-    else if (const auto* g = std::get_if<gqa_layer>(&impl_)) g->reserve(ws, max_tokens, max_batch);
-    else std::get<delta_layer>(impl_).reserve(ws, max_tokens, max_batch, exec);
+    std::visit([&](const auto& l) { l.reserve(ws, max_tokens, max_batch, max_context, exec); }, impl_);
   }
 
  private:

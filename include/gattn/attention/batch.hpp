@@ -4,6 +4,7 @@
 #pragma once
 
 #include <exception>
+#include <functional>
 #include <mutex>
 
 #include "gattn/attention/sdpa_function.hpp"
@@ -51,19 +52,34 @@ inline void check_pool_room(const char* who, const sequence_cache* caches, const
   }
 }
 
+/// What a layer requires of the caches it is given: row widths (named for messages), element type,
+/// and whether it may continue a sequence (causal).
+struct cache_requirements {
+  index key_width = 0, value_width = 0;
+  const char* widths_named = "";
+  storage_type type = storage_type::f32;
+  bool causal = true;
+};
+
 /// Checks the caches of a batch before anything is appended: present, distinct, rows of the layer's
-/// widths, room for the sequence's new rows, and empty for a non-causal layer.
+/// widths and element type, room for the sequence's new rows, and empty for a non-causal layer.
 inline void check_batch_caches(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch,
-                               index key_width, index value_width, const char* widths_named, bool causal,
-                               index per_token) {
+                               const cache_requirements& need, index per_token) {
   for (index s = 0; s < batch; ++s) {
     const sequence_cache& c = caches[s];
     require<cache_error>(!c.empty(), who, ": caches[", s, "] holds no cache");
     for (index o = 0; o < s; ++o)
       require<cache_error>(!c.same_as(caches[o]), who, ": caches[", o, "] and caches[", s, "] are the same sequence");
-    require<shape_error>(c.key_width() == key_width && c.value_width() == value_width, who, ": caches[", s,
-                         "] rows are ", c.key_width(), "/", c.value_width(), " wide, the layer needs ", key_width,
-                         "/", value_width, " ", widths_named);
+    require<shape_error>(c.key_width() == need.key_width && c.value_width() == need.value_width, who, ": caches[", s,
+                         "] rows are ", c.key_width(), "/", c.value_width(), " wide, the layer needs ", need.key_width,
+                         "/", need.value_width, " ", need.widths_named);
+    // A cache of another element type would be read as what it holds, but the layer's numerics
+    // (docs/spec.md §10) and its tolerances are those of its configured type: never mix them silently.
+    require<cache_error>(c.storage() == need.type, who, ": caches[", s, "] (",
+                         c.paged_pool() ? "a paged_kv_cache" : "a kv_cache", ") holds ", to_string(c.storage()),
+                         " rows, the layer's kv_cache_dtype is ", to_string(need.type),
+                         " (make the cache from the layer's config)");
+    const bool causal = need.causal;
     const index n = cu_seqlens[s + 1] - cu_seqlens[s];
     require<cache_error>(causal || c.size() == 0, who, ": a non-causal layer cannot continue a sequence from a cache (caches[",
                          s, "] holds ", c.size(), " tokens); run it on the whole sequence at once");
@@ -72,6 +88,52 @@ inline void check_batch_caches(const char* who, const sequence_cache* caches, co
   }
   check_pool_room(who, caches, cu_seqlens, batch);
 }
+
+/// Calls f(pool) once for each paged pool of a batch, in address order (without allocating).
+template <class F>
+void for_each_pool(const sequence_cache* caches, index batch, F&& f) {
+  const paged_kv_cache* last = nullptr;
+  const std::less<const paged_kv_cache*> before;
+  for (;;) {
+    const paged_kv_cache* next = nullptr;
+    for (index s = 0; s < batch; ++s) {
+      const paged_kv_cache* p = caches[s].paged_pool();
+      if (p != nullptr && (last == nullptr || before(last, p)) && (next == nullptr || before(p, next))) next = p;
+    }
+    if (next == nullptr) return;
+    f(*next);
+    last = next;
+  }
+}
+
+/// Holds the locks of every paged pool of a batch while its rows are appended, so that the room
+/// checked (again, under the locks: other threads may have taken blocks since the call's first
+/// checks) is the room the appends use. Pools are locked in address order, so two batches over the
+/// same pools cannot deadlock.
+class batch_pool_lock {
+ public:
+  batch_pool_lock(const char* who, const sequence_cache* caches, const index* cu_seqlens, index batch)
+      : caches_(caches), batch_(batch) {
+    for_each_pool(caches_, batch_, [](const paged_kv_cache& p) { p.mutex().lock(); });
+    try {
+      check_pool_room(who, caches, cu_seqlens, batch);
+    } catch (...) {
+      unlock();
+      throw;
+    }
+  }
+  ~batch_pool_lock() { unlock(); }
+  batch_pool_lock(const batch_pool_lock&) = delete;
+  batch_pool_lock& operator=(const batch_pool_lock&) = delete;
+
+ private:
+  void unlock() {
+    for_each_pool(caches_, batch_, [](const paged_kv_cache& p) { p.mutex().unlock(); });
+    batch_ = 0;
+  }
+  const sequence_cache* caches_;
+  index batch_;
+};
 
 /// An f16 cache cannot hold |v| > 65504: refuse the whole call, naming the sequence, before any
 /// sequence's rows are appended (a cache's own append checks only its own rows).

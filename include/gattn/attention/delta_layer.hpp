@@ -48,7 +48,7 @@ class delta_layer {
                statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
     delta_sequence handle(state);
     const index cu[2] = {0, x.rows};
-    step(x, cu, 1, &handle, y, state.workspace(), exec, stats);
+    step(x, cu, 1, &handle, y, state.workspace(), stats, exec);
   }
   void decode(matrix_view<const float> x, delta_state& state, matrix_view<float> y,
               statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
@@ -59,8 +59,8 @@ class delta_layer {
   /// cu_seqlens[s+1]) and continue states[s]. One projection GEMM serves every row; the kernel runs
   /// per (sequence, value head) on `exec`'s threads. Every check passes before any state changes.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
-            statistics_observer* stats = nullptr) const {
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
     const index N = detail::check_batch_rows("delta_layer", x, cu_seqlens, batch, y, cfg_.hidden, values_per_token(cfg_));
     check_states(states, batch);
     fit_workspace(ws, N, batch, exec.concurrency(), stats != nullptr);  // may throw: before any state changes
@@ -81,6 +81,12 @@ class delta_layer {
   /// so that such calls (without statistics) allocate nothing.
   void reserve(layer_workspace& ws, index max_tokens, index max_batch, const execution_context& exec = {}) const {
     fit_workspace(ws, max_tokens, max_batch, exec.concurrency(), false);
+  }
+  /// The same, in the signature every layer's reserve shares (the state does not grow with the context).
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context,
+               const execution_context& exec = {}) const {
+    (void)max_context;
+    reserve(ws, max_tokens, max_batch, exec);
   }
 
   /// The state shape of this layer's sequences.

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
+#include "gattn/cache/pool_mutex.hpp"
 #include "gattn/cache/workspace.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
@@ -86,7 +88,10 @@ class delta_state {
 
 /// States of many sequences in `slots` fixed-size slots allocated once. A sequence id carries its
 /// slot's generation, so the id of a released sequence is refused even after its slot is reused.
-/// Not synchronised: one thread at a time may create, fork, release, restore or run calls on a pool.
+/// Threads may share a pool, each running calls on its own sequences: every operation holds the
+/// pool's lock (mutex()); a call updates its sequences' slots without it, since no other thread
+/// touches them (one call at a time per sequence; fork, snapshot, restore and release of a
+/// sequence must not overlap a call on it).
 class delta_state_pool {
  public:
   using sequence_id = std::int64_t;
@@ -103,16 +108,23 @@ class delta_state_pool {
 
   const delta_state_shape& shape() const { return shape_; }
   index slots() const { return slots_; }
-  index free_slots() const { return index(free_.size()); }
+  index free_slots() const {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    return index(free_.size());
+  }
+  /// The pool's lock (recursive), held by every operation; see paged_kv_cache::mutex().
+  std::recursive_mutex& mutex() const { return mutex_.get(); }
 
   /// A new sequence with a zero state; cache_error when every slot is taken.
   sequence_id create() {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index s = take_slot("create");
     std::fill_n(slot(s), shape_.total(), 0.0f);
     return id_of(s);
   }
   /// A new sequence whose state is a copy of `parent`'s (prefix reuse, parallel sampling).
   sequence_id fork(sequence_id parent) {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index p = slot_of(parent, "fork");
     const index s = take_slot("fork");
     std::copy_n(slot(p), shape_.total(), slot(s));
@@ -121,6 +133,7 @@ class delta_state_pool {
   }
   /// Frees the sequence's slot; its id (and every copy of it) is refused from now on.
   void release(sequence_id id) {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index s = slot_of(id, "release");
     tokens_[std::size_t(s)] = -1;
     ++generation_[std::size_t(s)];
@@ -128,6 +141,7 @@ class delta_state_pool {
   }
   /// A copy of the sequence's state (speculative rollback, prefix caching).
   delta_state snapshot(sequence_id id) const {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index s = slot_of(id, "snapshot");
     delta_state out;
     out.shape_ = shape_;
@@ -137,6 +151,7 @@ class delta_state_pool {
   }
   /// Replaces the sequence's state with `snap` (from snapshot(), or a delta_state of this layer).
   void restore(sequence_id id, const delta_state& snap) {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index s = slot_of(id, "restore");
     detail::require<cache_error>(snap.shape() == shape_, "delta_state_pool: restore of a state of another shape (",
                                  snap.shape().recurrent, "+", snap.shape().conv(), " values, the pool's are ",
@@ -144,10 +159,16 @@ class delta_state_pool {
     std::copy_n(snap.recurrent(), shape_.total(), slot(s));
     tokens_[std::size_t(s)] = snap.tokens();
   }
-  index tokens(sequence_id id) const { return tokens_[std::size_t(slot_of(id, "tokens"))]; }
+  index tokens(sequence_id id) const {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    return tokens_[std::size_t(slot_of(id, "tokens"))];
+  }
 
   /// Throws cache_error unless `id` names a live sequence of this pool.
-  void check(sequence_id id) const { (void)slot_of(id, "a call"); }
+  void check(sequence_id id) const {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    (void)slot_of(id, "a call");
+  }
 
  private:
   friend class delta_sequence;
@@ -177,6 +198,7 @@ class delta_state_pool {
   std::vector<std::uint32_t> generation_;
   std::vector<index> tokens_;
   std::vector<index> free_;
+  detail::pool_mutex mutex_;
 };
 
 /// One sequence's state in a call: a delta_state, or a sequence of a pool. Non-owning.

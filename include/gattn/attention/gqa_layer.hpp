@@ -55,7 +55,7 @@ class gqa_layer {
                statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
     sequence_cache handle(cache);
     const index cu[2] = {0, x.rows};
-    step(x, cu, 1, &handle, y, cache.workspace(), exec, stats);
+    step(x, cu, 1, &handle, y, cache.workspace(), stats, exec);
   }
 
   /// Token-by-token decode: the same as prefill() of the new rows.
@@ -72,15 +72,19 @@ class gqa_layer {
   /// widths and room, the f16 range of the new rows) passes before anything is appended to any
   /// cache. `ws` is the caller's (one per concurrent call); `stats` sees the rows in batch order.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
-            statistics_observer* stats = nullptr) const {
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
     detail::require<cache_error>(caches != nullptr, "gqa_layer: step needs one cache per sequence (caches is null)");
     step_impl(x, cu_seqlens, batch, caches, y, ws, exec, stats);
   }
 
   /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences, so that such calls
-  /// (without statistics) allocate nothing.
-  void reserve(layer_workspace& ws, index max_tokens, index max_batch) const {
+  /// (without statistics) allocate nothing. A GQA workspace depends on neither the context nor the
+  /// threads: `max_context` and `exec` are taken so that every layer's reserve has one signature.
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context = 0,
+               const execution_context& exec = {}) const {
+    (void)max_context;
+    (void)exec;
     fit_workspace(ws, max_tokens, max_batch, false);
   }
 
@@ -173,8 +177,8 @@ class gqa_layer {
                  statistics_observer* stats) const {
     const index N = detail::check_batch_rows("gqa_layer", x, cu, batch, y, cfg_.hidden, values_per_token(cfg_));
     if (caches)
-      detail::check_batch_caches("gqa_layer", caches, cu, batch, plan_.kv_width, plan_.kv_width,
-                                 "(kv_heads * head_dim)", cfg_.causal,
+      detail::check_batch_caches("gqa_layer", caches, cu, batch,
+                                 {plan_.kv_width, plan_.kv_width, "(kv_heads * head_dim)", cfg_.kv_cache_type, cfg_.causal},
                                  values_per_token(cfg_));
     if (N == 0) return;
     fit_workspace(ws, N, batch, stats != nullptr);  // before any cache changes: growing may throw
@@ -256,6 +260,7 @@ class gqa_layer {
       detail::check_f16_rows(caches[s], s, rows + plan_.col_k, stride, cu[s + 1] - cu[s], w, "key");
       detail::check_f16_rows(caches[s], s, rows + plan_.col_v, stride, cu[s + 1] - cu[s], w, "value");
     }
+    const detail::batch_pool_lock hold("gqa_layer", caches, cu, batch);
     for (index s = 0; s < batch; ++s) {
       const float* rows = P + cu[s] * stride;
       caches[s].append(rows + plan_.col_k, stride, rows + plan_.col_v, stride, cu[s + 1] - cu[s]);

@@ -70,7 +70,7 @@ class mla_layer {
                statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
     sequence_cache handle(cache);
     const index cu[2] = {0, x.rows};
-    step(x, cu, 1, &handle, y, cache.workspace(), exec, stats);
+    step(x, cu, 1, &handle, y, cache.workspace(), stats, exec);
   }
 
   void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
@@ -83,13 +83,15 @@ class mla_layer {
   /// continue caches[s] (a latent cache each); one projection GEMM over all rows; the form
   /// (absorbed or expanded) is chosen per sequence. Nothing is appended unless every check passes.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {},
-            statistics_observer* stats = nullptr) const {
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
     const index per_token = values_per_token(cfg_);
     const index N = detail::check_batch_rows("mla_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
     detail::require<cache_error>(caches != nullptr, "mla_layer: step needs one cache per sequence (caches is null)");
-    detail::check_batch_caches("mla_layer", caches, cu_seqlens, batch, latent_width(), 0,
-                                "(a latent cache: kv_lora_rank + qk_rope_head_dim, no value rows)", cfg_.causal, per_token);
+    detail::check_batch_caches("mla_layer", caches, cu_seqlens, batch,
+                               {latent_width(), 0, "(a latent cache: kv_lora_rank + qk_rope_head_dim, no value rows)",
+                                cfg_.kv_cache_type, cfg_.causal},
+                               per_token);
     if (N == 0) return;
     prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
     float* P = ws.projections.data();
@@ -112,7 +114,10 @@ class mla_layer {
 
   /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences over at most
   /// `max_context` cached tokens each, so that such calls (without statistics) allocate nothing.
-  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context) const {
+  /// `exec` is taken so that every layer's reserve has one signature (the workspace does not depend on it).
+  void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context,
+               const execution_context& exec = {}) const {
+    (void)exec;
     fit_rows(ws, max_tokens, max_batch, false);
     const index H = cfg_.heads;
     layer_workspace::fit(ws.attention, max_tokens * H * (latent_width() + cfg_.kv_lora_rank));
@@ -264,6 +269,7 @@ class mla_layer {
     const index L = latent_width();
     for (index s = 0; s < batch; ++s)
       detail::check_f16_rows(caches[s], s, latent + cu[s] * L, L, cu[s + 1] - cu[s], L, "latent");
+    const detail::batch_pool_lock hold("mla_layer", caches, cu, batch);
     for (index s = 0; s < batch; ++s) caches[s].append(latent + cu[s] * L, L, nullptr, 0, cu[s + 1] - cu[s]);
   }
 

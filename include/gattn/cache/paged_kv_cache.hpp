@@ -10,15 +10,23 @@
 //
 // Allocation: the pool, the reference counts and the free list are allocated at construction;
 // each sequence's block table reserves num_blocks entries when the sequence is created (or forked)
-// and the table storage of a released id is kept for its reuse, so append never allocates.
+// and the table storage of a released slot is kept for its reuse, so append never allocates.
+//
+// Threads: every operation holds the pool's lock (a recursive mutex), so threads may share a pool,
+// each calling layers on its own sequences. A call reads its sequences' block tables and blocks
+// without the lock: no other thread changes them meanwhile, because every change to a sequence's
+// table is an append to that sequence (one call at a time per sequence), its fork's copy-on-write
+// (which leaves the shared block to the parent) or its release.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <vector>
 
+#include "gattn/cache/pool_mutex.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/memory.hpp"
@@ -31,7 +39,10 @@ namespace gattn {
 
 class paged_kv_cache {
  public:
-  using sequence_id = std::int32_t;
+  /// A sequence handle: its slot in the low 32 bits, the slot's generation above them, so that the
+  /// handle of a released sequence is refused even after create() reuses its slot. Handles of the
+  /// first generation equal their slot (0, 1, 2, ...).
+  using sequence_id = std::int64_t;
 
   /// value_width 0: keys only (MLA's latent; bind() makes V alias K).
   /// Throws config_error on non-positive sizes, cache_error when the pool cannot be allocated.
@@ -49,49 +60,63 @@ class paged_kv_cache {
 
   index block_size() const { return block_size_; }
   index num_blocks() const { return num_blocks_; }
-  index free_blocks() const { return index(free_.size()); }
+  index free_blocks() const {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    return index(free_.size());
+  }
   index key_width() const { return key_width_; }
   index value_width() const { return value_width_; }
   storage_type storage() const { return type_; }
 
-  /// A new empty sequence (ids of released sequences are reused, lowest last released first).
+  /// The pool's lock, which every operation holds. Layers hold it while they append a batch's rows
+  /// (so that the room checked is the room used); an engine may hold it (std::lock_guard) for
+  /// several operations that no other thread may come between. Recursive: operations called while
+  /// holding it take it again.
+  std::recursive_mutex& mutex() const { return mutex_.get(); }
+
+  /// A new empty sequence (slots of released sequences are reused, under a new generation).
   sequence_id create() {
-    const sequence_id s = new_id();
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const index s = new_slot();
     seqs_[std::size_t(s)].live = true;
-    return s;
+    return id_of(s);
   }
   /// A new sequence holding the parent's tokens, sharing its blocks (reference counts).
   sequence_id fork(sequence_id parent) {
-    check_id(parent);
-    const sequence_id s = new_id();
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const index p = slot_of(parent);
+    const index s = new_slot();
     sequence& child = seqs_[std::size_t(s)];
-    const sequence& from = seqs_[std::size_t(parent)];  // after new_id: seqs_ may have grown
+    const sequence& from = seqs_[std::size_t(p)];  // after new_slot: seqs_ may have grown
     child.table.assign(from.table.begin(), from.table.end());
     child.size = from.size;
     child.live = true;
     for (const std::int32_t b : child.table) ++refs_[std::size_t(b)];
-    return s;
+    return id_of(s);
   }
-  /// Drops the sequence's references; blocks nobody references return to the pool.
-  void release(sequence_id s) {
-    check_id(s);
+  /// Drops the sequence's references; blocks nobody references return to the pool. The id (and
+  /// every copy of it) is refused from now on, also once create() has reused its slot.
+  void release(sequence_id id) {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const index s = slot_of(id);
     sequence& q = seqs_[std::size_t(s)];
     for (const std::int32_t b : q.table)
       if (--refs_[std::size_t(b)] == 0) free_.push_back(b);
     q.table.clear();
     q.size = 0;
     q.live = false;
-    free_ids_.push_back(s);
+    ++q.generation;
+    free_slots_.push_back(s);
   }
   /// Tokens held by s.
   index size(sequence_id s) const {
-    check_id(s);
-    return seqs_[std::size_t(s)].size;
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    return seqs_[std::size_t(slot_of(s))].size;
   }
   /// Reference count of the b-th block of s's table (tests, diagnostics).
   index block_references(sequence_id s, index b) const {
-    check_id(s);
-    const sequence& q = seqs_[std::size_t(s)];
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const sequence& q = seqs_[std::size_t(slot_of(s))];
     detail::require<cache_error>(b >= 0 && b < index(q.table.size()), "paged_kv_cache: block ", b, " of sequence ", s,
                                  " does not exist (it has ", q.table.size(), ")");
     return refs_[std::size_t(q.table[std::size_t(b)])];
@@ -101,19 +126,21 @@ class paged_kv_cache {
   /// partly filled last block. A batch sums this over its sequences of one pool (an upper bound:
   /// two sequences sharing a last block need one copy, not two).
   index blocks_needed(sequence_id s, index n) const {
-    check_id(s);
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const index slot = slot_of(s);
     detail::require<cache_error>(n >= 0, "paged_kv_cache: appending n=", n, " tokens to sequence ", s);
-    return blocks_needed_unchecked(s, n);
+    return blocks_needed_unchecked(slot, n);
   }
 
   /// Throws cache_error unless n more tokens fit in the free blocks, counting new blocks and the
   /// copy of a shared partly filled last block.
   void check_room(sequence_id s, index n) const {
-    check_id(s);
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const index slot = slot_of(s);
     detail::require<cache_error>(n >= 0, "paged_kv_cache: appending n=", n, " tokens to sequence ", s);
-    const index need = blocks_needed_unchecked(s, n);
+    const index need = blocks_needed_unchecked(slot, n);
     detail::require<cache_error>(need <= free_blocks(), "paged_kv_cache: appending ", n, " tokens to sequence ", s,
-                                 " (", seqs_[std::size_t(s)].size, " tokens) needs ", need, " free blocks of ",
+                                 " (", seqs_[std::size_t(slot)].size, " tokens) needs ", need, " free blocks of ",
                                  block_size_, " tokens, the pool has ", free_blocks(), " of ", num_blocks_);
   }
 
@@ -121,18 +148,20 @@ class paged_kv_cache {
   /// v + t·v_stride, rounded to the element type). Every check (ids, pool room, f16 range) is made
   /// before any block is taken or anything is written, so a refused call changes nothing.
   void append(sequence_id s, const float* k, index k_stride, const float* v, index v_stride, index n) {
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
     check_room(s, n);
     detail::require<shape_error>(n == 0 || (k != nullptr && (value_width_ == 0 || v != nullptr)),
                                  "paged_kv_cache: append of ", n, " tokens without ", k == nullptr ? "key" : "value",
                                  " rows");
+    const index slot = slot_of(s);
     if (type_ == storage_type::f16)
       for (index t = 0; t < n; ++t) {
-        check_f16_row(k + t * k_stride, key_width_, "key", s, t);
-        if (value_width_ > 0 && v != nullptr) check_f16_row(v + t * v_stride, value_width_, "value", s, t);
+        check_f16_row(k + t * k_stride, key_width_, "key", slot, t);
+        if (value_width_ > 0 && v != nullptr) check_f16_row(v + t * v_stride, value_width_, "value", slot, t);
       }
     if (n == 0) return;
-    unshare_last_block(s);
-    sequence& q = seqs_[std::size_t(s)];
+    unshare_last_block(slot);
+    sequence& q = seqs_[std::size_t(slot)];
     for (index t = 0; t < n; ++t, ++q.size) {
       if (q.size % block_size_ == 0) q.table.push_back(take_block());  // within the reserved capacity
       const index block = q.table[std::size_t(q.size / block_size_)], row = q.size % block_size_;
@@ -144,11 +173,11 @@ class paged_kv_cache {
   /// Fills p's K/V views for s: kv_type, k/v (f32) or k_bits/v_bits, token and block strides, the
   /// block table and t_k = size(s). GQA pools (from a gqa_config) also set the head strides (D);
   /// keys-only pools make V alias K (MLA's latent) with head strides 0; pools made from raw widths
-  /// leave the head strides as the caller set them. Valid until the next
-  /// append, fork or release on this cache (the table may be rewritten by copy-on-write).
+  /// leave the head strides as the caller set them. Valid until the next append to s or release of
+  /// s (the table may be rewritten by copy-on-write); other sequences' operations leave it valid.
   void bind(sequence_id s, sdpa_params& p) const {
-    check_id(s);
-    const sequence& q = seqs_[std::size_t(s)];
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const sequence& q = seqs_[std::size_t(slot_of(s))];
     const bool alias = value_width_ == 0;
     p.kv_type = type_;
     p.k = type_ == storage_type::f32 ? keys_.data() : nullptr;
@@ -177,6 +206,7 @@ class paged_kv_cache {
   struct sequence {
     std::vector<std::int32_t> table;
     index size = 0;
+    std::uint32_t generation = 0;  ///< of the slot: bumped by release
     bool live = false;
   };
 
@@ -210,21 +240,35 @@ class paged_kv_cache {
     }
   }
 
-  void check_id(sequence_id s) const {
-    detail::require<cache_error>(s >= 0 && std::size_t(s) < seqs_.size() && seqs_[std::size_t(s)].live,
-                                 "paged_kv_cache: sequence id ", s, " is unknown or released");
+  /// The slot of a live sequence's id; cache_error for an id that is unknown, or whose sequence was
+  /// released (its generation is past).
+  index slot_of(sequence_id id) const {
+    const index s = index(id & 0xffffffff);
+    const bool live = id >= 0 && std::size_t(s) < seqs_.size() && seqs_[std::size_t(s)].live &&
+                      std::uint32_t(id >> 32) == seqs_[std::size_t(s)].generation;
+    if (!live) refuse_id(id);
+    return s;
   }
-  sequence_id new_id() {
-    if (!free_ids_.empty()) {
-      const sequence_id s = free_ids_.back();
-      free_ids_.pop_back();
+  [[noreturn]] void refuse_id(sequence_id id) const {
+    const index s = index(id & 0xffffffff);
+    if (id >= 0 && (id >> 32) != 0 && std::size_t(s) < seqs_.size())
+      throw cache_error(detail::concat("paged_kv_cache: sequence id ", id, " (slot ", s, ", generation ", id >> 32,
+                                       ") was released; the slot now holds generation ", seqs_[std::size_t(s)].generation));
+    throw cache_error(detail::concat("paged_kv_cache: sequence id ", id, " is unknown or released"));
+  }
+  sequence_id id_of(index s) const { return (sequence_id(seqs_[std::size_t(s)].generation) << 32) | sequence_id(s); }
+  index new_slot() {
+    if (!free_slots_.empty()) {
+      const index s = free_slots_.back();
+      free_slots_.pop_back();
       return s;
     }
+    detail::require<cache_error>(seqs_.size() < 0x7fffffff, "paged_kv_cache: 2^31 sequences exist at once");
     seqs_.emplace_back();
     seqs_.back().table.reserve(std::size_t(num_blocks_));
-    return sequence_id(seqs_.size() - 1);
+    return index(seqs_.size() - 1);
   }
-  index blocks_needed_unchecked(sequence_id s, index n) const {
+  index blocks_needed_unchecked(index s, index n) const {
     const sequence& q = seqs_[std::size_t(s)];
     if (n == 0) return 0;
     const index have = (q.size + block_size_ - 1) / block_size_;
@@ -241,7 +285,7 @@ class paged_kv_cache {
     return b;
   }
   // Copy-on-write: the first write into a shared partly filled block goes to a private copy.
-  void unshare_last_block(sequence_id s) {
+  void unshare_last_block(index s) {
     sequence& q = seqs_[std::size_t(s)];
     if (!shared_partial_last(q)) return;
     const std::int32_t old = q.table.back(), copy = take_block();
@@ -268,8 +312,8 @@ class paged_kv_cache {
   }
   void widen_row(sequence_id s, index t, const streamed_vector<float>& f, const streamed_vector<std::uint16_t>& b,
                  index width, float* dst) const {
-    check_id(s);
-    const sequence& q = seqs_[std::size_t(s)];
+    const std::lock_guard<std::recursive_mutex> hold(mutex());
+    const sequence& q = seqs_[std::size_t(slot_of(s))];
     detail::require<cache_error>(t >= 0 && t < q.size, "paged_kv_cache: token ", t, " of sequence ", s,
                                  " does not exist (size ", q.size, ")");
     const std::size_t at = row_offset(q.table[std::size_t(t / block_size_)], t % block_size_, width);
@@ -277,7 +321,7 @@ class paged_kv_cache {
     else if (type_ == storage_type::bf16) simd::widen_bf16(b.data() + at, dst, width);
     else simd::widen_f16(b.data() + at, dst, width);
   }
-  void check_f16_row(const float* x, index width, const char* side, sequence_id s, index t) const {
+  void check_f16_row(const float* x, index width, const char* side, index s, index t) const {
     const index c = simd::find_f16_out_of_range(x, width);
     detail::require<cache_error>(c == width, "paged_kv_cache: ", side, " channel ", c, " of token ",
                                  seqs_[std::size_t(s)].size + t, " of sequence ", s, " (row ", t, " of this call) is ",
@@ -291,8 +335,9 @@ class paged_kv_cache {
   streamed_vector<std::uint16_t> key_bits_, value_bits_;
   std::vector<index> refs_;              // per block
   std::vector<std::int32_t> free_;       // free blocks (a stack)
-  std::vector<sequence> seqs_;           // by id
-  std::vector<sequence_id> free_ids_;    // released ids, reused
+  std::vector<sequence> seqs_;           // by slot
+  std::vector<index> free_slots_;        // released slots, reused
+  detail::pool_mutex mutex_;
 };
 
 }  // namespace gattn

@@ -93,6 +93,15 @@ class weight_view {
   index bytes() const { return numel() * storage_bytes(type_); }
   const std::shared_ptr<const void>& keep_alive() const { return keep_alive_; }
 
+  /// Why this view is an fp32 copy of a stored tensor that a loader could not view in place
+  /// (io::load_weights: F64 data, or data not aligned to its element size), or nullptr for a view of
+  /// the data as given. Sub-views keep it. `why` must be a string literal (it is not copied).
+  const char* conversion() const { return conversion_; }
+  weight_view& set_conversion(const char* why) {
+    conversion_ = why;
+    return *this;
+  }
+
   /// Address of row r's first element.
   const void* row(index r) const {
     return static_cast<const unsigned char*>(data_) + std::size_t(r * row_stride_ * storage_bytes(type_));
@@ -104,7 +113,7 @@ class weight_view {
                                  ", ", first + count, ") outside ", rows(), " rows (shape ", shape_string(shape_), ")");
     std::vector<index> s = shape_.empty() ? std::vector<index>{count} : shape_;
     s[0] = count;
-    return weight_view(type_, count ? row(first) : data_, std::move(s), row_stride_, keep_alive_);
+    return weight_view(type_, count ? row(first) : data_, std::move(s), row_stride_, keep_alive_).set_conversion(conversion_);
   }
 
   /// Columns [first, first + count) of a rank-2 view: shape [rows, count], same row stride.
@@ -114,7 +123,7 @@ class weight_view {
     detail::require<shape_error>(first >= 0 && count >= 0 && first + count <= cols(), "weight_view: columns [",
                                  first, ", ", first + count, ") outside ", cols(), " columns");
     const void* p = static_cast<const unsigned char*>(data_) + std::size_t(first * storage_bytes(type_));
-    return weight_view(type_, p, {rows(), count}, row_stride_, keep_alive_);
+    return weight_view(type_, p, {rows(), count}, row_stride_, keep_alive_).set_conversion(conversion_);
   }
 
   /// Element (r, c) widened exactly to fp32.
@@ -148,6 +157,7 @@ class weight_view {
   std::vector<index> shape_;
   index row_stride_ = 0;
   std::shared_ptr<const void> keep_alive_;
+  const char* conversion_ = nullptr;
 };
 
 /// Weights by name (`q_proj.weight`, `q_proj.bias`, ...), without any checkpoint prefix. The map

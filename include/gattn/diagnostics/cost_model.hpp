@@ -182,9 +182,10 @@ inline std::string with_commas(std::int64_t v) {
   return negative ? "-" + out : out;
 }
 
-/// A FLOP count (an integer, but carried as double): with commas while it fits in int64.
+/// A FLOP count (carried as double; a model's count may have a fraction, e.g. the chunked delta
+/// rule's C²/3 per token): rounded, with commas, while it fits in int64.
 inline std::string with_commas(double v) {
-  if (std::isfinite(v) && std::fabs(v) < 9.0e18 && v == std::floor(v)) return with_commas(static_cast<std::int64_t>(v));
+  if (std::isfinite(v) && std::fabs(v) < 9.0e18) return with_commas(static_cast<std::int64_t>(std::llround(v)));
   std::ostringstream out;
   out << std::setprecision(6) << v;
   return out.str();
@@ -391,7 +392,7 @@ inline void cost_weights(cost_table& t, const layer_cost& c, storage_type weight
           << std::setw(12) << with_commas(std::int64_t(p.cols)) << std::setw(18) << with_commas(p.params)
           << std::setw(18) << with_commas(p.gate_params) << "\n";
   out << "\n";
-  t.line("", "per layer", "x " + with_commas(t.layers) + " layers");
+  t.line("", "per layer", "x " + with_commas(t.layers) + (t.layers == 1 ? " layer" : " layers"));
   t.count("attention params", c.attention_params);
   t.count("norm params", c.norm_params);
   t.count("gate params (extra)", c.gate_params);
@@ -421,8 +422,9 @@ inline void cost_memory(cost_table& t, const layer_cost& c, index context) {
   t.out << "\nKV cache per token (" << with_commas(c.kv_cache_values_per_token) << " values per layer, kv_cache_dtype "
         << to_string(c.kv_cache_type) << ")\n";
   t.bytes(std::string("  ") + to_string(c.kv_cache_type) + " (cache)", double(c.kv_cache_bytes_per_token()));
-  t.bytes("  fp32", kv * 4);
-  t.bytes("  bf16", kv * 2);
+  // For comparison, the types the cache is not (an f16 cache compares with f32 and bf16).
+  if (c.kv_cache_type != storage_type::f32) t.bytes("  f32", kv * 4);
+  if (c.kv_cache_type != storage_type::bf16) t.bytes("  bf16", kv * 2);
 }
 
 inline void cost_activations(cost_table& t, const layer_cost& c, index tokens) {
@@ -438,7 +440,7 @@ inline void cost_activations(cost_table& t, const layer_cost& c, index tokens) {
 /// The human-readable table printed by `gattn cost`: per-projection parameters; per-layer and
 /// ×`layers` totals (the gate line is docs/spec.md §7's "extra gate parameters"); FLOPs per token at
 /// `context` keys; weight bytes with weights stored as `weights`; KV-cache bytes per token at
-/// c.kv_cache_type (then fp32 and bf16 for comparison), or a delta-rule layer's state per sequence;
+/// c.kv_cache_type (then f32 and bf16, those it is not, for comparison), or a delta-rule layer's state per sequence;
 /// gate-activation values and bytes for one sequence of `tokens` tokens (fp32 and bf16), per layer
 /// and × layers. Numbers carry thousands separators. Throws config_error when layers < 1,
 /// context < 0 or tokens < 0.

@@ -420,12 +420,60 @@ inline delta_config hf_parse_kda(const json& j, const std::string& w) {
   return c;  // the low-rank gate's rank comes from g_a_proj's shape
 }
 
-/// The shared body of both parse_hf_config overloads; layer < 0 means "the first softmax layer".
+/// The gattn kind of a model's softmax-attention layers and of its linear-attention layers.
+inline const char* hf_softmax_kind(hf_family f) { return f == hf_family::mla ? "mla" : "gqa"; }
+inline const char* hf_linear_kind(hf_family f) { return f == hf_family::qwen3_next ? "gated_deltanet" : "kda"; }
+
+/// Kimi's `linear_attn_config.kda_layers` as 0-indexed layers (the integers of the list; what is
+/// not an integer is refused where a layer's kind is asked for).
+inline std::vector<index> hf_kimi_listed_layers(const json& j) {
+  std::vector<index> layers;
+  if (!has(j, "linear_attn_config") || !j.at("linear_attn_config").is_object()) return layers;
+  const json& l = j.at("linear_attn_config");
+  if (!has(l, "kda_layers") || !l.at("kda_layers").is_array()) return layers;
+  for (const json& n : l.at("kda_layers"))
+    if (n.is_number_integer() && layers.size() < 65536) layers.push_back(index(n.get<std::int64_t>()) - 1);
+  return layers;
+}
+
+/// Whether the model has gated delta-rule layers beside its softmax-attention layers (Qwen3-Next,
+/// Kimi Linear): then a config without a layer index does not say which layer is meant.
+inline bool hf_is_hybrid(const json& j, hf_family f, const std::string& w) {
+  if (f == hf_family::qwen3) return false;
+  if (const auto census = hf_attention_layers(j, f, w)) return !census->linear.empty() && !census->attention.empty();
+  if (f == hf_family::qwen3_next) return get_index(j, "full_attention_interval", w, 4) != 1;
+  return !hf_kimi_listed_layers(j).empty();  // Kimi without a layer count: hybrid when it lists KDA layers
+}
+
+/// Refuses a hybrid model's config without a layer index, naming the layers of each kind.
+inline void hf_refuse_hybrid_without_layer(const json& j, hf_family f, const std::string& w) {
+  if (!hf_is_hybrid(j, f, w)) return;
+  std::string kinds;
+  if (const auto census = hf_attention_layers(j, f, w)) {
+    kinds = gattn::detail::concat("full_attention (", hf_softmax_kind(f), ") layers ", hf_layer_list(census->attention),
+                                  "; linear_attention (", hf_linear_kind(f), ") layers ", hf_layer_list(census->linear));
+  } else if (f == hf_family::qwen3_next) {
+    const index interval = get_index(j, "full_attention_interval", w, 4);
+    kinds = gattn::detail::concat("full_attention (gqa) layers ", interval - 1, ", ", 2 * interval - 1,
+                                  ", ... (every 'full_attention_interval'=", interval,
+                                  "th); linear_attention (gated_deltanet) layers: the others");
+  } else {
+    kinds = gattn::detail::concat("linear_attention (kda) layers ", hf_layer_list(hf_kimi_listed_layers(j)),
+                                  " ('linear_attn_config.kda_layers' counts from 1); full_attention (mla) layers: ",
+                                  "the others, the first being ", hf_first_attention_layer(j, f, w));
+  }
+  throw config_error(gattn::detail::concat(
+      w, ": the model has gattn layers of two kinds, so the layer must be given (a layer index): ", kinds));
+}
+
+/// The shared body of both parse_hf_config overloads; layer < 0 means "the model's one kind of
+/// layer", refused for a hybrid model.
 inline layer_config parse_hf_config_at(const json& j, index layer) {
   const std::string w = hf_where(j);
   const hf_family f = hf_family_of(j);
-  // Without a layer: the model must have a softmax-attention layer at all (this also type-checks
-  // layer_types and full_attention_interval), and the result describes that kind of layer.
+  // Without a layer: the model must have one kind of gattn layer, and a softmax-attention layer
+  // (this also type-checks layer_types and full_attention_interval); the result describes it.
+  if (layer < 0) hf_refuse_hybrid_without_layer(j, f, w);
   const index at = layer >= 0 ? layer : hf_first_attention_layer(j, f, w);
   if (hf_require_gattn_layer(j, f, at, w) == "linear_attention") {
     delta_config c = f == hf_family::qwen3_next ? hf_parse_gdn(j, w) : hf_parse_kda(j, w);
@@ -445,14 +493,17 @@ inline layer_config parse_hf_config_at(const json& j, index layer) {
 
 }  // namespace detail
 
-/// Maps a Hugging Face config.json (docs/spec.md §8) to the config of its softmax-attention layers.
+/// Maps a Hugging Face config.json (docs/spec.md §8) of a model with one kind of gattn layer to the
+/// config of its softmax-attention layers.
 ///
 /// Supported `model_type`s: `qwen3_next`, `qwen3` (plain, or the paper's release with
 /// `headwise_attn_output_gate` / `elementwise_attn_output_gate`), `deepseek_v2`, `deepseek_v3`,
-/// `kimi_k2`, `kimi_k3`. Keys that do not change the layer's math are ignored; keys that would and are
+/// `kimi_k2`, `kimi_k3`, `kimi_linear`. Keys that do not change the layer's math are ignored; keys that would and are
 /// not implemented (another rope type than yarn/default, a sliding window in use, a foreign family's
 /// switch) and wrong types throw config_error naming the key. The result must hold for every attention
 /// layer, so a Qwen3 config whose window applies to some layers is refused: use the layer overload.
+/// A hybrid model (gated delta-rule layers beside softmax ones: Qwen3-Next, Kimi Linear) is refused
+/// with a config_error that lists the layers of each kind: use the layer overload.
 inline layer_config parse_hf_config(const nlohmann::json& j) { return detail::parse_hf_config_at(j, -1); }
 
 /// As parse_hf_config(j), for layer `layer`: a softmax-attention layer gives a gqa_config or an
@@ -472,6 +523,14 @@ inline std::string hf_layer_prefix(const nlohmann::json& j, index layer) {
   const bool linear = detail::hf_require_gattn_layer(j, f, layer, w) == "linear_attention";
   return "model.layers." + std::to_string(layer) +
          (linear && f == detail::hf_family::qwen3_next ? ".linear_attn." : ".self_attn.");
+}
+
+/// Whether the config describes a hybrid model (gated delta-rule layers beside softmax-attention
+/// layers: Qwen3-Next, Kimi Linear), of which parse_hf_config(j) and load_layer_config(path) without
+/// a layer index refuse to pick a layer.
+inline bool needs_layer_index(const nlohmann::json& j) {
+  const std::string w = detail::hf_where(j);
+  return detail::hf_is_hybrid(j, detail::hf_family_of(j), w);
 }
 
 /// The layers gattn computes (softmax attention with no sliding window in use, and the gated

@@ -41,9 +41,12 @@ class tp_layer {
   }
 
   /// A batch (docs/spec.md §11) of this rank's heads, then one all-reduce of the N·d output rows.
+  /// The arguments are any_layer::step's; `stats` must be null (a rank sees only its own heads).
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, sequence_cache* caches,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
-    local_.step(x, cu_seqlens, batch, caches, y, ws, exec);
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.step(x, cu_seqlens, batch, caches, y, ws, nullptr, exec);
     combine(x, y);
   }
 
@@ -53,33 +56,51 @@ class tp_layer {
 
   /// A batch over delta-rule states of this rank's heads, then one all-reduce of the N·d rows.
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
-            matrix_view<float> y, layer_workspace& ws, const execution_context& exec = {}) const {
-    local_.step(x, cu_seqlens, batch, states, y, ws, exec);
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.step(x, cu_seqlens, batch, states, y, ws, nullptr, exec);
     combine(x, y);
   }
-  void prefill(matrix_view<const float> x, delta_state& state, matrix_view<float> y) const {
-    local_.prefill(x, state, y);
+  void prefill(matrix_view<const float> x, delta_state& state, matrix_view<float> y,
+               statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.prefill(x, state, y, nullptr, exec);
     combine(x, y);
   }
-  void decode(matrix_view<const float> x, delta_state& state, matrix_view<float> y) const {
-    local_.decode(x, state, y);
+  void decode(matrix_view<const float> x, delta_state& state, matrix_view<float> y,
+              statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.decode(x, state, y, nullptr, exec);
     combine(x, y);
   }
 
-  void forward(matrix_view<const float> x, matrix_view<float> y) const {
-    local_.forward(x, y);
+  /// The one-sequence calls, with any_layer's arguments; `stats` must be null.
+  void forward(matrix_view<const float> x, matrix_view<float> y, statistics_observer* stats = nullptr,
+               const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.forward(x, y, nullptr, exec);
     combine(x, y);
   }
-  void prefill(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y) const {
-    local_.prefill(x, cache, y);
+  void prefill(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
+               statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.prefill(x, cache, y, nullptr, exec);
     combine(x, y);
   }
-  void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y) const {
-    local_.decode(x, cache, y);
+  void decode(matrix_view<const float> x, kv_cache& cache, matrix_view<float> y,
+              statistics_observer* stats = nullptr, const execution_context& exec = {}) const {
+    refuse_stats(stats);
+    local_.decode(x, cache, y, nullptr, exec);
     combine(x, y);
   }
 
  private:
+  // Every rank is given the same arguments, so every rank refuses here, before any collective.
+  void refuse_stats(const statistics_observer* stats) const {
+    detail::require<config_error>(stats == nullptr, "tp_layer: statistics are not supported across ranks (ranks=",
+                                  split_.ranks, "): each rank sees only its own heads");
+  }
   static head_split split_of(const layer_config& cfg, const communicator& comm) {
     return std::visit([&](const auto& c) { return split_heads(c, comm.rank(), comm.size()); }, cfg);
   }

@@ -21,8 +21,12 @@ double run_folder(const std::string& dir) {
   const auto io = gattn::io::safetensors_file::open(dir + "/io.safetensors");
   const auto weights = gattn::io::checkpoint::open(dir);  // a file, an index or a directory
 
-  gattn::any_layer layer(gattn::io::load_layer_config(dir + "/config.json"),
-                         gattn::io::load_weights(weights, io.metadata().at("prefix")));
+  // The layer the folder holds, "model.layers.{i}.self_attn.": a hybrid model's config (Qwen3-Next)
+  // describes layers of two kinds, so the index says which one is meant.
+  const std::string prefix = io.metadata().at("prefix");
+  const gattn::index index = std::stol(prefix.substr(std::string("model.layers.").size()));
+  gattn::any_layer layer(gattn::io::load_layer_config(dir + "/config.json", index),
+                         gattn::io::load_weights(weights, prefix));
   const std::vector<float> x = io.read_f32("x");
   const std::vector<double> y_ref = io.read_f64("y");
   const gattn::index d = layer.hidden(), T = gattn::index(x.size()) / d;
