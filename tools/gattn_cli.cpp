@@ -605,6 +605,10 @@ void resolve_layer(const arguments& args, const gattn::io::checkpoint& weights, 
   if (!j.contains("model_type") || !gattn::io::needs_layer_index(j)) return;
   const std::string stem = "model.layers.";
   const std::string prefix = find_prefix(weights, args);
+  // A prefix no tensor has is a wrong prefix, whatever layer its digits would name.
+  const auto& tensors = weights.tensors();
+  if (std::none_of(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name.rfind(prefix, 0) == 0; }))
+    (void)gattn::io::load_weights(weights, prefix);  // throws, naming the file and the prefixes present
   std::size_t digits = 0;
   while (stem.size() + digits < prefix.size() && std::isdigit(static_cast<unsigned char>(prefix[stem.size() + digits])))
     ++digits;

@@ -131,8 +131,9 @@ TEST(PagedKvCache, ReleaseReturnsBlocksOnlyWhenNoReferenceIsLeft) {
   for (index t = 0; t < 5; ++t) expect_token(c, b, t, k, k, t);
   c.release(b);
   EXPECT_EQ(c.free_blocks(), 8);
-  const auto d = c.create();  // ids are reused
-  EXPECT_TRUE(d == a || d == b);
+  const auto d = c.create();  // slots are reused, under a new generation
+  EXPECT_TRUE((d & 0xffffffff) == (a & 0xffffffff) || (d & 0xffffffff) == (b & 0xffffffff));
+  EXPECT_TRUE(d != a && d != b);
   EXPECT_EQ(c.size(d), 0);
 }
 
@@ -176,7 +177,8 @@ TEST(PagedKvCache, RefusesUnknownAndReleasedIds) {
   c.release(a);
   float row[4] = {};
   gattn::sdpa_params p;
-  expect_cache_error([&] { (void)c.size(a); }, "sequence id 0 is unknown or released");
+  expect_cache_error([&] { (void)c.size(a); }, "sequence id 0 (slot 0, generation 0) was released");
+  expect_cache_error([&] { (void)c.size(3); }, "sequence id 3 is unknown or released");
   expect_cache_error([&] { c.append(a, row, 4, row, 4, 1); }, "sequence id 0");
   expect_cache_error([&] { c.release(a); }, "sequence id 0");
   expect_cache_error([&] { (void)c.fork(7); }, "sequence id 7");

@@ -68,7 +68,8 @@ TEST(PoolMutex, AReleasedPagedSequenceHandleIsRefusedAfterItsSlotIsReused) {
   EXPECT_NE(b, a);
   EXPECT_EQ(b & 0xffffffff, a & 0xffffffff);  // the same slot, a new generation
   EXPECT_THAT(cache_error_of([&] { pool.append(a, row, 4, row, 4, 1); }), ::testing::HasSubstr("was released"));
-  EXPECT_THAT(cache_error_of([&] { (void)pool.size(a); }), ::testing::HasSubstr("unknown or released"));
+  EXPECT_THAT(cache_error_of([&] { (void)pool.size(a); }), ::testing::HasSubstr("was released"));
+  EXPECT_THAT(cache_error_of([&] { (void)pool.size(a + 7); }), ::testing::HasSubstr("unknown or released"));
   EXPECT_THROW(pool.release(a), gattn::cache_error);
   EXPECT_THROW((void)pool.fork(a), gattn::cache_error);
   gattn::sdpa_params p;

@@ -99,7 +99,8 @@ TEST(CliBatchUsage, BadListsExitTwoWithOneLine) {
     EXPECT_EQ(r.status, 2) << b.args << ": " << r.err;
     std::istringstream in(r.err);
     std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("gattn: note:", 0) != 0) lines.push_back(line);  // the vector's F64 tensors
     ASSERT_EQ(lines.size(), 1u) << b.args << ":\n" << r.err;
     EXPECT_THAT(lines[0], ::testing::HasSubstr(b.word)) << b.args;
     EXPECT_THAT(lines[0], ::testing::EndsWith("(see 'gattn run --help')")) << b.args;

@@ -251,7 +251,8 @@ class paged_kv_cache {
   }
   [[noreturn]] void refuse_id(sequence_id id) const {
     const index s = index(id & 0xffffffff);
-    if (id >= 0 && (id >> 32) != 0 && std::size_t(s) < seqs_.size())
+    // An id of a past generation of an existing slot was released (the slot is reused or empty).
+    if (id >= 0 && std::size_t(s) < seqs_.size() && std::uint32_t(id >> 32) < seqs_[std::size_t(s)].generation)
       throw cache_error(detail::concat("paged_kv_cache: sequence id ", id, " (slot ", s, ", generation ", id >> 32,
                                        ") was released; the slot now holds generation ", seqs_[std::size_t(s)].generation));
     throw cache_error(detail::concat("paged_kv_cache: sequence id ", id, " is unknown or released"));
