@@ -735,7 +735,11 @@ int run_command(int argc, char** argv) {
     gattn::io::write_safetensors(args.values.at("--output"), {{"y", gattn::io::dtype::f32, {in.tokens, d}, y.data()}},
                                  {{"producer", std::string("gattn ") + GATTN_VERSION}});
   }
-  if (stats) write_text_file("--stats", args.values.at("--stats"), observer.result().to_json().dump(2) + "\n");
+  if (stats) {
+    nlohmann::json j = observer.result().to_json();
+    if (layer.is_delta()) j.erase("first_token_attention");  // a delta-rule layer has no attention weights
+    write_text_file("--stats", args.values.at("--stats"), j.dump(2) + "\n");
+  }
   if (!quiet) {
     // One greppable line of key=value fields; new fields are appended, never reordered.
     const double seconds = (t.prefill_ms + t.decode_ms) / 1000;

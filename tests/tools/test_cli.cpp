@@ -101,6 +101,25 @@ TEST(Cli, RunWritesStatisticsMatchingTheVector) {
   }
 }
 
+// A delta-rule layer's statistics are its output gate's (docs/spec.md §6, §13): no attention weights.
+TEST(Cli, DeltaRunWritesTheOutputGateStatistics) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  for (const std::string name : {"delta_gdn", "delta_kda"}) {
+    const std::string st = test::data_path(name + ".safetensors");
+    const fs::path stats = scratch_dir() / (name + "_stats.json");
+    const auto r = run_cli("run --quiet --config '" + test::data_path(name + ".config.json") + "' --weights '" + st +
+                           "' --input '" + st + "' --stats '" + stats.string() + "' --decode-from 3");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto got = nlohmann::json::parse(slurp(stats));
+    const auto want = nlohmann::json::parse(gattn::io::safetensors_file::open(st).metadata().at("stats"));
+    EXPECT_FALSE(got.contains("first_token_attention")) << name;
+    for (const char* key : {"max_abs_output", "gate_mean", "gate_frac_below_0.01"}) {
+      ASSERT_TRUE(got.contains(key)) << name << ": " << key;
+      EXPECT_NEAR(got[key].get<double>(), want[key].get<double>(), 1e-5) << name << ": " << key;
+    }
+  }
+}
+
 TEST(Cli, CostPrintsThePaperTable1Numbers) {
   if (!cli_test::cli_built()) GTEST_SKIP();
   struct row { const char* gate; const char* expected; };
