@@ -60,7 +60,7 @@ std::string cache_error_of(F&& f) {
 // After release(a), create() reuses a's slot: a's handle must not reach the new sequence.
 TEST(PoolMutex, AReleasedPagedSequenceHandleIsRefusedAfterItsSlotIsReused) {
   gattn::paged_kv_cache pool(8, 4, 4, 4);
-  const float row[4] = {1, 2, 3, 4};
+  const float row[8] = {1, 2, 3, 4, 5, 6, 7, 8};  // two tokens of width 4
   const auto a = pool.create();
   pool.append(a, row, 4, row, 4, 2);
   pool.release(a);

@@ -106,9 +106,10 @@ TEST(Cli, DeltaRunWritesTheOutputGateStatistics) {
   if (!cli_test::cli_built()) GTEST_SKIP();
   for (const std::string name : {"delta_gdn", "delta_kda"}) {
     const std::string st = test::data_path(name + ".safetensors");
-    const fs::path stats = scratch_dir() / (name + "_stats.json");
+    const fs::path stats = scratch_dir() / (name + "_stats.json"), out = scratch_dir() / (name + "_y.safetensors");
     const auto r = run_cli("run --quiet --config '" + test::data_path(name + ".config.json") + "' --weights '" + st +
-                           "' --input '" + st + "' --stats '" + stats.string() + "' --decode-from 3");
+                           "' --input '" + st + "' --output '" + out.string() + "' --stats '" + stats.string() +
+                           "' --decode-from 3");
     ASSERT_EQ(r.status, 0) << r.err;
     const auto got = nlohmann::json::parse(slurp(stats));
     const auto want = nlohmann::json::parse(gattn::io::safetensors_file::open(st).metadata().at("stats"));
