@@ -12,6 +12,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
@@ -34,6 +35,7 @@
 
 #include "gattn/cache/kv_cache.hpp"
 #include "gattn/cache/paged_kv_cache.hpp"
+#include "gattn/cache/paged_kv_view.hpp"
 #include "gattn/cache/sequence_cache.hpp"
 #include "gattn/cache/workspace.hpp"
 

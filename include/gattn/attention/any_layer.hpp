@@ -92,6 +92,14 @@ class any_layer {
     std::visit([&](const auto* l) { l->step(x, cu_seqlens, batch, caches, y, ws, s, exec); },
                softmax("step over KV caches"));
   }
+  /// A batch of sequences over caller-owned paged K/V memory (cache/paged_kv_view.hpp; see
+  /// gqa_layer::step).
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const paged_kv_view& view,
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* s = nullptr,
+            const execution_context& exec = {}) const {
+    std::visit([&](const auto* l) { l->step(x, cu_seqlens, batch, view, y, ws, s, exec); },
+               softmax("step over a paged_kv_view"));
+  }
   /// A batch of sequences over delta-rule states (see delta_layer::step).
   void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const delta_sequence* states,
             matrix_view<float> y, layer_workspace& ws, statistics_observer* s = nullptr,

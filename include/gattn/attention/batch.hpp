@@ -3,14 +3,18 @@
 // sequence on the caller's threads.
 #pragma once
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <vector>
 
 #include "gattn/attention/sdpa_function.hpp"
+#include "gattn/cache/paged_kv_view.hpp"
 #include "gattn/cache/sequence_cache.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/simd/vector_ops.hpp"
@@ -137,8 +141,9 @@ class batch_pool_lock {
 
 /// An f16 cache cannot hold |v| > 65504: refuse the whole call, naming the sequence, before any
 /// sequence's rows are appended (a cache's own append checks only its own rows).
-inline void check_f16_rows(const sequence_cache& c, index seq, const float* rows, index stride, index n, index width,
-                           const char* what) {
+template <class Cache>  // sequence_cache or view_sequence
+void check_f16_rows(const Cache& c, index seq, const float* rows, index stride, index n, index width,
+                    const char* what) {
   if (c.storage() != storage_type::f16) return;
   for (index t = 0; t < n; ++t) {
     const index col = simd::find_f16_out_of_range(rows + t * stride, width);
@@ -148,18 +153,95 @@ inline void check_f16_rows(const sequence_cache& c, index seq, const float* rows
   }
 }
 
+/// Appends every sequence's new rows to its cache (sequence s's rows start at k + cu[s]·k_stride
+/// and v + cu[s]·v_stride; v null: keys only) after every check has passed: gattn's caches under
+/// their pools' locks (batch_pool_lock, which checks the pools' room again).
+inline void append_batch(const char* who, sequence_cache* caches, const index* cu, index batch, const float* k,
+                         index k_stride, const float* v, index v_stride) {
+  const batch_pool_lock hold(who, caches, cu, batch);
+  for (index s = 0; s < batch; ++s)
+    caches[s].append(k + cu[s] * k_stride, k_stride, v ? v + cu[s] * v_stride : nullptr, v_stride, cu[s + 1] - cu[s]);
+}
+/// The same into caller-owned blocks (the view was checked whole before the call computed anything).
+inline void append_batch(const char*, const view_batch& caches, const index* cu, index batch, const float* k,
+                         index k_stride, const float* v, index v_stride) {
+  for (index s = 0; s < batch; ++s)
+    caches[s].append(k + cu[s] * k_stride, k_stride, v ? v + cu[s] * v_stride : nullptr, v_stride, cu[s + 1] - cu[s]);
+  caches.mark_appended();
+}
+
+}  // namespace detail
+
+namespace detail {
+
+/// How run_sdpa_problems runs `count` problems on `threads`: one after another with every thread,
+/// or (as many problems as threads) one per worker, each serial.
+inline bool problems_share_threads(index count, int threads) { return count < threads || count == 1; }
+
+/// The scratch of run_sdpa_problems when the problems run one per worker: a slot per worker, each
+/// large enough for the largest problem run serially.
+template <class ShapeAt>
+worker_scratch_layout serial_problems_layout(index count, int threads, ShapeAt&& shape_at) {
+  worker_scratch_layout l;
+  for (index i = 0; i < count; ++i) l.slot = std::max(l.slot, sdpa_scratch_floats(shape_at(i), 1));
+  l.workers = workers_for(count, threads);
+  return l;
+}
+
+/// Floats of scratch run_sdpa_problems needs for problems of one shape (`shape`, t_q set per
+/// problem), one per sequence s < batch with rows_of(s) > 0 rows.
+template <class RowsOf>
+index sdpa_batch_scratch_floats(const sdpa_params& shape, index batch, RowsOf&& rows_of, int threads) {
+  index count = 0, need = 0;
+  for (index s = 0; s < batch; ++s) count += rows_of(s) > 0 ? 1 : 0;
+  sdpa_params p = shape;
+  if (problems_share_threads(count, threads)) {
+    for (index s = 0; s < batch; ++s) {
+      p.t_q = rows_of(s);
+      need = std::max(need, sdpa_scratch_floats(p, threads));
+    }
+    return need;
+  }
+  index s = 0;
+  return serial_problems_layout(count, threads, [&](index) {
+           while (rows_of(s) == 0) ++s;
+           p.t_q = rows_of(s++);
+           return p;
+         }).floats();
+}
+
+/// An upper bound of sdpa_batch_scratch_floats over every batch of at most max_tokens rows in at most
+/// max_batch sequences (whatever their cache lengths: the kernel's scratch does not depend on them).
+inline index sdpa_reserve_floats(const sdpa_params& shape, index max_tokens, index max_batch, int threads) {
+  sdpa_params p = shape;
+  index shared = 0, serial = 0;
+  for (index t = 1; t <= max_tokens; ++t) {
+    p.t_q = t;
+    shared = std::max(shared, sdpa_scratch_floats(p, threads));
+    if (max_batch > 1) serial = std::max(serial, sdpa_scratch_floats(p, 1));
+  }
+  worker_scratch_layout l;
+  l.slot = serial;
+  l.workers = workers_for(max_batch, threads);
+  return std::max(shared, max_batch > 1 ? l.floats() : index(0));
+}
+
 }  // namespace detail
 
 /// Runs `count` independent SDPA problems on `exec`'s threads: when there are at least as many
-/// problems as threads, one problem per task, each serial (a batch of decodes fills the threads);
-/// otherwise one after another, each with all the threads. Deterministic for a fixed batch and
-/// context. The one place a batched kernel entry would replace.
-inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index count, const execution_context& exec) {
+/// problems as threads, one problem per worker, each serial (a batch of decodes fills the
+/// threads); otherwise one after another, each with all the threads. Deterministic for a fixed
+/// batch and context. `scratch` (detail::sdpa_batch_scratch_floats) is the kernel's: each problem
+/// sharing the threads uses all of it, each serial problem its worker's slot. The one place a
+/// batched kernel entry would replace.
+inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index count, const execution_context& exec,
+                              scratch_span scratch = {}) {
   const int threads = exec.concurrency();
-  if (count < threads || count == 1) {
+  if (detail::problems_share_threads(count, threads)) {
     for (index i = 0; i < count; ++i) {
       problems[i].threads = threads;
       problems[i].exec = &exec;  // the kernel's work units run on the caller's context
+      problems[i].scratch = scratch;
       sdpa(problems[i]);
     }
     return;
@@ -169,10 +251,15 @@ inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index c
     problems[i].exec = nullptr;  // serial inside: the context's threads are spread over the problems
     detail::validate(problems[i]);  // before the threads start: an exception cannot cross them
   }
+  const detail::worker_scratch_layout layout =
+      detail::serial_problems_layout(count, threads, [&](index i) -> const sdpa_params& { return problems[i]; });
+  std::vector<float> own;  // stays empty when `scratch` is large enough
+  const detail::worker_scratch slots = detail::carve_workers(scratch, layout, own);
   std::exception_ptr error;
   std::mutex error_lock;
-  exec.parallel_for(count, [&](index i) {
+  detail::for_each_task(exec, count, layout.workers, [&](index i, index w) {
     try {
+      problems[i].scratch = {slots.slot(w), layout.slot};
       sdpa(problems[i]);
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_lock);

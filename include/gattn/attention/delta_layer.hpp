@@ -71,7 +71,7 @@ class delta_layer {
     prepare_rows(N, ws);
     run_kernel(cu_seqlens, batch, states, ws, exec);
     gate_rows(N, ws, stats);
-    out_.apply(ws.gated.data(), N, plan_.v_width, y.data, y.row_stride, exec);
+    out_.apply(ws.gated.data(), N, plan_.v_width, y.data, y.row_stride, exec, ws.workers());
     for (index s = 0; s < batch; ++s) states[s].advance(cu_seqlens[s + 1] - cu_seqlens[s]);
     if (stats)
       for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
@@ -229,16 +229,20 @@ class delta_layer {
     const index slots = std::max(1, concurrency);
     layer_workspace::fit(ws.kernel_scratch, slots * delta_scratch_floats(cfg_.key_head_dim, cfg_.value_head_dim));
     if (stats) layer_workspace::fit(ws.activated, N * plan_.v_width);
+    index projections = 0;  // reserve_floats: N may be a reserve's bound of the rows, not a call's rows
+    for (const linear_map* m : {&proj_, &decay_b_, &gate_b_, &out_})
+      projections = std::max(projections, m->reserve_floats(N, concurrency));
+    layer_workspace::fit(ws.worker_scratch, projections);
   }
 
   // Every projection of the call's rows: P, then KDA's f_b (the decay's input) and g_b (low rank).
   void project(matrix_view<const float> x, index N, layer_workspace& ws, const execution_context& exec) const {
     float* P = ws.projections.data();
-    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
+    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
     if (!kda()) return;
-    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, exec);
+    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, exec, ws.workers());
     if (cfg_.gate == gate_source::low_rank)
-      gate_b_.apply(P + plan_.col_gate, N, plan_.n_cols, ws.gate_scores.data(), plan_.v_width, exec);
+      gate_b_.apply(P + plan_.col_gate, N, plan_.n_cols, ws.gate_scores.data(), plan_.v_width, exec, ws.workers());
   }
 
   void convolve(float* rows, index n, const delta_sequence& state, layer_workspace& ws) const {

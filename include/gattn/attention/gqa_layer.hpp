@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
@@ -13,6 +14,7 @@
 #include "gattn/attention/observe.hpp"
 #include "gattn/linalg/linear_map.hpp"
 #include "gattn/attention/rope.hpp"
+#include "gattn/cache/paged_kv_view.hpp"
 #include "gattn/cache/sequence_cache.hpp"
 #include "gattn/cache/workspace.hpp"
 #include "gattn/attention/sdpa_function.hpp"
@@ -45,7 +47,7 @@ class gqa_layer {
     detail::check_call_rows("gqa_layer", x.rows, 0, values_per_token(cfg_));
     layer_workspace ws;
     const index cu[2] = {0, x.rows};
-    step_impl(x, cu, 1, nullptr, y, ws, exec, stats);
+    step_impl(x, cu, 1, static_cast<sequence_cache*>(nullptr), y, ws, exec, stats);
   }
 
   /// Appends x's T tokens to `cache` (positions cache.size() ...) and writes their outputs.
@@ -78,14 +80,34 @@ class gqa_layer {
     step_impl(x, cu_seqlens, batch, caches, y, ws, exec, stats);
   }
 
-  /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences, so that such calls
-  /// (without statistics) allocate nothing. A GQA workspace depends on neither the context nor the
-  /// threads: `max_context` and `exec` are taken so that every layer's reserve has one signature.
+  /// The same batch over caller-owned paged K/V memory (cache/paged_kv_view.hpp): sequence s's new
+  /// K/V rows are written into its blocks at positions view.context_lens[s] ... (the lengths before
+  /// the call; the engine adds the rows itself afterwards), and it attends over all of them. The
+  /// view is checked whole (element type, pointers, every table entry the call reads or writes),
+  /// naming the field, before anything is written.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const paged_kv_view& view,
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
+    const index per_token = values_per_token(cfg_);
+    detail::check_batch_rows("gqa_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
+    const detail::resolved_kv_view r = detail::resolve_kv_view("gqa_layer", view, cfg_.kv_cache_type, cfg_.kv_heads,
+                                                               cfg_.head_dim, cfg_.kv_heads, cfg_.causal);
+    detail::check_kv_view_batch("gqa_layer", r, cu_seqlens, batch, per_token);
+    step_impl(x, cu_seqlens, batch, detail::view_batch(r, cu_seqlens), y, ws, exec, stats);
+  }
+
+  /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences on contexts of up to
+  /// exec.concurrency() threads, so that such calls (without statistics) allocate nothing. A GQA
+  /// workspace does not depend on the context length: `max_context` is taken so that every
+  /// layer's reserve has one signature.
   void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context = 0,
                const execution_context& exec = {}) const {
     (void)max_context;
-    (void)exec;
     fit_workspace(ws, max_tokens, max_batch, false);
+    const int threads = exec.concurrency();
+    index need = detail::sdpa_reserve_floats(scratch_shape(), max_tokens, max_batch, threads);
+    for (const linear_map* m : {&qkvg_, &o_, &gate_b_}) need = std::max(need, m->reserve_floats(max_tokens, threads));
+    layer_workspace::fit(ws.worker_scratch, need);
   }
 
  private:
@@ -172,28 +194,35 @@ class gqa_layer {
     if (cfg_.output_norm != norm_kind::none) o_norm_ = w.widened("o_norm.weight", {D});
   }
 
-  void step_impl(matrix_view<const float> x, const index* cu, index batch, sequence_cache* caches,
+  // One implementation for every kind of cache: Caches is an array of sequence_cache handles
+  // (null: no cache, forward()) or a view_batch over caller-owned memory (checked by the caller).
+  template <class Caches>
+  void step_impl(matrix_view<const float> x, const index* cu, index batch, const Caches& caches,
                  matrix_view<float> y, layer_workspace& ws, const execution_context& exec,
                  statistics_observer* stats) const {
     const index N = detail::check_batch_rows("gqa_layer", x, cu, batch, y, cfg_.hidden, values_per_token(cfg_));
-    if (caches)
-      detail::check_batch_caches("gqa_layer", caches, cu, batch,
-                                 {plan_.kv_width, plan_.kv_width, "(kv_heads * head_dim)", cfg_.kv_cache_type, cfg_.causal},
-                                 values_per_token(cfg_));
+    if constexpr (std::is_pointer_v<Caches>)
+      if (caches)
+        detail::check_batch_caches("gqa_layer", caches, cu, batch,
+                                   {plan_.kv_width, plan_.kv_width, "(kv_heads * head_dim)", cfg_.kv_cache_type,
+                                    cfg_.causal},
+                                   values_per_token(cfg_));
     if (N == 0) return;
     fit_workspace(ws, N, batch, stats != nullptr);  // before any cache changes: growing may throw
+    fit_worker_scratch(ws, cu, batch, exec.concurrency());
     float* P = ws.projections.data();
-    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
+    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
     gate_scores u;
     if (plan_.gated) {
-      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores);
+      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores,
+                              exec, ws.workers());
       if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
     }
     pre_sdpa_gates(P, N, u);
     norm_and_rope(P, cu, batch, caches, ws);
     store_keys_and_values(P, cu, batch, caches);
     attend(P, cu, batch, caches, u, ws, exec, stats);
-    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride, exec);
+    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride, exec, ws.workers());
     if (plan_.gate_at(gate_position::g5))
       apply_gate_rows(y.data, N, y.row_stride, 0, plan_.gate, u, cfg_.gate.activation, cfg_.gate.combine);
     if (stats)
@@ -216,6 +245,15 @@ class gqa_layer {
     }
   }
 
+  // The projections' and the kernel's scratch of a call (they run one after another).
+  void fit_worker_scratch(layer_workspace& ws, const index* cu, index batch, int threads) const {
+    const index N = cu[batch];
+    index need = detail::sdpa_batch_scratch_floats(scratch_shape(), batch, [cu](index s) { return cu[s + 1] - cu[s]; },
+                                                   threads);
+    for (const linear_map* m : {&qkvg_, &o_, &gate_b_}) need = std::max(need, m->scratch_floats(N, threads));
+    layer_workspace::fit(ws.worker_scratch, need);
+  }
+
   // G2 / G3 / G4 gate the projection outputs (v, k or q) of every row.
   void pre_sdpa_gates(float* P, index N, const gate_scores& u) const {
     const gate_config& g = cfg_.gate;
@@ -226,7 +264,8 @@ class gqa_layer {
   }
 
   // QK-norm and RoPE in place; sequence s's rows continue its cache's positions.
-  void norm_and_rope(float* P, const index* cu, index batch, const sequence_cache* caches, layer_workspace& ws) const {
+  template <class Caches>
+  void norm_and_rope(float* P, const index* cu, index batch, const Caches& caches, layer_workspace& ws) const {
     const index Hq = cfg_.q_heads, Hkv = cfg_.kv_heads, D = cfg_.head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const bool zc = cfg_.qk_norm == norm_kind::rms_zero_centered;
@@ -249,7 +288,8 @@ class gqa_layer {
   // The new K/V rows into each sequence's cache, rounded to its element type (docs/spec.md §10); every
   // sequence's rows are range-checked before any is appended. Without a cache the rows are rounded
   // in place to what a cache would hold, so that forward() and prefill() agree.
-  void store_keys_and_values(float* P, const index* cu, index batch, sequence_cache* caches) const {
+  template <class Caches>
+  void store_keys_and_values(float* P, const index* cu, index batch, const Caches& caches) const {
     const index w = plan_.kv_width, stride = plan_.n_cols;
     if (!caches) {
       detail::round_rows_in_place(cfg_.kv_cache_type, P + plan_.col_k, stride, cu[batch], 2 * w);
@@ -260,16 +300,13 @@ class gqa_layer {
       detail::check_f16_rows(caches[s], s, rows + plan_.col_k, stride, cu[s + 1] - cu[s], w, "key");
       detail::check_f16_rows(caches[s], s, rows + plan_.col_v, stride, cu[s + 1] - cu[s], w, "value");
     }
-    const detail::batch_pool_lock hold("gqa_layer", caches, cu, batch);
-    for (index s = 0; s < batch; ++s) {
-      const float* rows = P + cu[s] * stride;
-      caches[s].append(rows + plan_.col_k, stride, rows + plan_.col_v, stride, cu[s + 1] - cu[s]);
-    }
+    detail::append_batch("gqa_layer", caches, cu, batch, P + plan_.col_k, stride, P + plan_.col_v, stride);
   }
 
   // SDPA of every sequence over its own keys, with the output norm and the G1 gate in the kernel's
   // epilogue; into ws.gated [N, H_q·D].
-  void attend(const float* P, const index* cu, index batch, const sequence_cache* caches, const gate_scores& u,
+  template <class Caches>
+  void attend(const float* P, const index* cu, index batch, const Caches& caches, const gate_scores& u,
               layer_workspace& ws, const execution_context& exec, statistics_observer* stats) const {
     const sdpa_params base = problem_template(u);
     index count = 0;
@@ -293,11 +330,11 @@ class gqa_layer {
       if (stats) p.lse = ws.lse.data() + cu[s] * cfg_.q_heads;
     }
     if (!stats) {
-      run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+      run_sdpa_problems(sdpa_, ws.problems.data(), count, exec, ws.workers());
       return;
     }
     for (index i = 0; i < count; ++i) ws.problems[std::size_t(i)].epilogue = sdpa_epilogue{};
-    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec, ws.workers());
     observe_attention(ws, count, base.epilogue, u, *stats);
   }
 
@@ -321,6 +358,14 @@ class gqa_layer {
     const bool sparsity = plan_.gate_at(gate_position::g1) && cfg_.gate.combine == combine::mul &&
                           cfg_.output_norm == norm_kind::none;
     if (sparsity) stats.add_sdpa_and_gated(ws.attention.data(), ws.gated.data(), N * plan_.q_width);
+  }
+
+  // The problems' shape as far as the kernel's scratch depends on it (t_q aside): a cache's element
+  // type needs at least the scratch of f32 rows (forward()'s).
+  sdpa_params scratch_shape() const {
+    sdpa_params p = problem_template({});
+    p.kv_type = cfg_.kv_cache_type;
+    return p;
   }
 
   // The fields every sequence's problem shares: shapes, strides, scale, the epilogue.

@@ -11,6 +11,7 @@
 #include "gattn/attention/rope.hpp"
 #include "gattn/attention/sdpa_function.hpp"
 #include "gattn/cache/kv_cache.hpp"
+#include "gattn/cache/paged_kv_view.hpp"
 #include "gattn/cache/sequence_cache.hpp"
 #include "gattn/cache/workspace.hpp"
 #include "gattn/core/execution.hpp"
@@ -86,42 +87,79 @@ class mla_layer {
             matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
             const execution_context& exec = {}) const {
     const index per_token = values_per_token(cfg_);
-    const index N = detail::check_batch_rows("mla_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
+    detail::check_batch_rows("mla_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
     detail::require<cache_error>(caches != nullptr, "mla_layer: step needs one cache per sequence (caches is null)");
     detail::check_batch_caches("mla_layer", caches, cu_seqlens, batch,
                                {latent_width(), 0, "(a latent cache: kv_lora_rank + qk_rope_head_dim, no value rows)",
                                 cfg_.kv_cache_type, cfg_.causal},
                                per_token);
+    step_impl(x, cu_seqlens, batch, caches, y, ws, stats, exec);
+  }
+
+  /// The same batch over caller-owned paged latent memory (cache/paged_kv_view.hpp: `keys` holds
+  /// the latent rows [c | k_rope], `values` is unused), as gqa_layer::step over a view: the new
+  /// rows are written at positions view.context_lens[s] ... (the lengths before the call) after
+  /// the whole view is checked.
+  void step(matrix_view<const float> x, const index* cu_seqlens, index batch, const paged_kv_view& view,
+            matrix_view<float> y, layer_workspace& ws, statistics_observer* stats = nullptr,
+            const execution_context& exec = {}) const {
+    const index per_token = values_per_token(cfg_);
+    detail::check_batch_rows("mla_layer", x, cu_seqlens, batch, y, cfg_.hidden, per_token);
+    const detail::resolved_kv_view r =
+        detail::resolve_kv_view("mla_layer", view, cfg_.kv_cache_type, 1, latent_width(), 0, cfg_.causal);
+    detail::check_kv_view_batch("mla_layer", r, cu_seqlens, batch, per_token);
+    step_impl(x, cu_seqlens, batch, detail::view_batch(r, cu_seqlens), y, ws, stats, exec);
+  }
+
+ private:
+  // One implementation for every kind of cache: Caches is an array of sequence_cache handles or a
+  // view_batch over caller-owned memory, checked by the caller.
+  template <class Caches>
+  void step_impl(matrix_view<const float> x, const index* cu_seqlens, index batch, const Caches& caches,
+                 matrix_view<float> y, layer_workspace& ws, statistics_observer* stats,
+                 const execution_context& exec) const {
+    const index N = cu_seqlens[batch];
     if (N == 0) return;
     prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
+    fit_worker_scratch(ws, cu_seqlens, batch, caches, exec.concurrency());
     float* P = ws.projections.data();
-    first_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec);
+    first_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
     float* q = ws.scratch.data();  // [N, H, d_nope + d_rope]
-    queries(P, N, q, exec);
+    queries(P, N, q, ws, exec);
     latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
     store_latent(ws.latent.data(), cu_seqlens, batch, caches);
     gate_scores u;
     if (cfg_.gate.enabled) {
-      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores);
+      u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores,
+                              exec, ws.workers());
       if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
     }
     attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
     post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
-    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec);
+    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec, ws.workers());
     if (stats)
       for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
   }
 
+
+ public:
   /// Grows `ws` for calls of up to `max_tokens` rows in `max_batch` sequences over at most
-  /// `max_context` cached tokens each, so that such calls (without statistics) allocate nothing.
-  /// `exec` is taken so that every layer's reserve has one signature (the workspace does not depend on it).
+  /// `max_context` cached tokens each, on contexts of up to exec.concurrency() threads, so that
+  /// such calls (without statistics) allocate nothing.
   void reserve(layer_workspace& ws, index max_tokens, index max_batch, index max_context,
                const execution_context& exec = {}) const {
-    (void)exec;
     fit_rows(ws, max_tokens, max_batch, false);
     const index H = cfg_.heads;
     layer_workspace::fit(ws.attention, max_tokens * H * (latent_width() + cfg_.kv_lora_rank));
-    if (!absorbable_ || form_ != mla_form::absorbed) fit_expanded(ws, max_context);
+    const bool expanded = !absorbable_ || form_ != mla_form::absorbed;
+    if (expanded) fit_expanded(ws, max_context);
+    const int threads = exec.concurrency();
+    index need = detail::sdpa_reserve_floats(absorbed_shape(), max_tokens, max_batch, threads);
+    if (expanded) need = std::max(need, detail::sdpa_reserve_floats(expanded_shape(), max_tokens, 1, threads));
+    for (const linear_map* m : {&first_, &q_b_, &o_, &gate_b_}) need = std::max(need, m->reserve_floats(max_tokens, threads));
+    if (expanded) need = std::max(need, kv_b_.reserve_floats(max_context, threads));
+    if (!w_uv_.empty()) need = std::max(need, w_uv_.front().reserve_floats(max_tokens, 1));
+    layer_workspace::fit(ws.worker_scratch, need);
   }
 
  private:
@@ -215,8 +253,8 @@ class mla_layer {
   }
 
   // Chooses each sequence's form (ws.flags: 1 = absorbed) and grows every buffer the call writes.
-  void prepare_call(const index* cu, index batch, const sequence_cache* caches, layer_workspace& ws,
-                    bool stats) const {
+  template <class Caches>
+  void prepare_call(const index* cu, index batch, const Caches& caches, layer_workspace& ws, bool stats) const {
     const index N = cu[batch];
     fit_rows(ws, N, batch, stats);
     index absorbed_rows = 0, longest_expanded = 0;
@@ -232,12 +270,49 @@ class mla_layer {
     if (longest_expanded > 0) fit_expanded(ws, longest_expanded);
   }
 
+  // The scratch of every phase of a call (they run one after another): the projections, the
+  // absorbed problems as a batch, each expanded problem alone, and the expanded K/V of the longest
+  // expanded cache. Forms as prepare_call chose them (ws.flags).
+  template <class Caches>
+  void fit_worker_scratch(layer_workspace& ws, const index* cu, index batch, const Caches& caches, int threads) const {
+    const index N = cu[batch];
+    const auto absorbed_rows = [&](index s) { return ws.flags[std::size_t(s)] ? cu[s + 1] - cu[s] : index(0); };
+    index need = detail::sdpa_batch_scratch_floats(absorbed_shape(), batch, absorbed_rows, threads);
+    for (const linear_map* m : {&first_, &q_b_, &o_, &gate_b_}) need = std::max(need, m->scratch_floats(N, threads));
+    sdpa_params expanded = expanded_shape();
+    for (index s = 0; s < batch; ++s) {
+      const index n = cu[s + 1] - cu[s];
+      if (ws.flags[std::size_t(s)] && !w_uv_.empty()) need = std::max(need, w_uv_.front().scratch_floats(n, 1));
+      if (ws.flags[std::size_t(s)] || n == 0) continue;
+      expanded.t_q = n;
+      need = std::max({need, sdpa_scratch_floats(expanded, threads), kv_b_.scratch_floats(caches[s].size() + n, threads)});
+    }
+    layer_workspace::fit(ws.worker_scratch, need);
+  }
+
+  // The absorbed and expanded problems' shapes as far as the kernel's scratch depends on them (t_q aside).
+  sdpa_params absorbed_shape() const {
+    sdpa_params p = problem_template();
+    p.kv_heads = 1;
+    p.d_qk = latent_width();
+    p.d_v = cfg_.kv_lora_rank;
+    p.kv_type = cfg_.kv_cache_type;
+    return p;
+  }
+  sdpa_params expanded_shape() const {
+    sdpa_params p = problem_template();
+    p.kv_heads = cfg_.heads;
+    p.d_qk = qk();
+    p.d_v = cfg_.v_head_dim;
+    return p;
+  }
+
   // q [N, H, d_nope + d_rope]: from q_b over the normalised q_a, or the first projection's columns.
-  void queries(float* P, index N, float* q, const execution_context& exec) const {
+  void queries(float* P, index N, float* q, layer_workspace& ws, const execution_context& exec) const {
     const index HQ = cfg_.heads * qk(), stride = plan_.n_cols;
     if (cfg_.q_lora_rank > 0) {
       for (index t = 0; t < N; ++t) rms_norm(P + t * stride, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
-      q_b_.apply(P, N, stride, q, HQ, exec);
+      q_b_.apply(P, N, stride, q, HQ, exec, ws.workers());
     } else {
       for (index t = 0; t < N; ++t) std::copy_n(P + t * stride, HQ, q + t * HQ);
     }
@@ -245,7 +320,8 @@ class mla_layer {
 
   // The new latent rows [N, d_c + d_rope] (normalised c, roped k_rope) into ws.latent, and RoPE on
   // q_rope; sequence s's rows continue its cache's positions.
-  void latent_and_rope(const float* P, float* q, const index* cu, index batch, const sequence_cache* caches,
+  template <class Caches>
+  void latent_and_rope(const float* P, float* q, const index* cu, index batch, const Caches& caches,
                        layer_workspace& ws) const {
     const index L = latent_width(), dc = cfg_.kv_lora_rank, H = cfg_.heads, Q = qk(), dn = cfg_.qk_nope_head_dim;
     float* cos = ws.rope.data();
@@ -265,12 +341,12 @@ class mla_layer {
 
   // Every sequence's rows are range-checked (f16 caches) before any is appended; each cache rounds
   // its rows to its element type (docs/spec.md §10).
-  void store_latent(const float* latent, const index* cu, index batch, sequence_cache* caches) const {
+  template <class Caches>
+  void store_latent(const float* latent, const index* cu, index batch, const Caches& caches) const {
     const index L = latent_width();
     for (index s = 0; s < batch; ++s)
       detail::check_f16_rows(caches[s], s, latent + cu[s] * L, L, cu[s + 1] - cu[s], L, "latent");
-    const detail::batch_pool_lock hold("mla_layer", caches, cu, batch);
-    for (index s = 0; s < batch; ++s) caches[s].append(latent + cu[s] * L, L, nullptr, 0, cu[s + 1] - cu[s]);
+    detail::append_batch("mla_layer", caches, cu, batch, latent, L, nullptr, 0);
   }
 
   // The fields every problem of the call shares.
@@ -285,7 +361,8 @@ class mla_layer {
 
   // o [N, H, d_v] before any gate the kernel did not apply: absorbed sequences as one batch of
   // problems, then each expanded one (it re-expands its whole cache into the shared workspace).
-  void attend(const float* q, const index* cu, index batch, const sequence_cache* caches, const gate_scores& u,
+  template <class Caches>
+  void attend(const float* q, const index* cu, index batch, const Caches& caches, const gate_scores& u,
               layer_workspace& ws, const execution_context& exec, statistics_observer* stats) const {
     index count = 0, row = 0;
     for (index s = 0; s < batch; ++s) {
@@ -295,14 +372,16 @@ class mla_layer {
       p = absorbed_problem(q, cu[s], n, row, caches[s], ws, stats);
       row += n;
     }
-    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec);
+    run_sdpa_problems(sdpa_, ws.problems.data(), count, exec, ws.workers());
     for (index s = 0, i = 0; s < batch; ++s)
       if (cu[s + 1] > cu[s] && ws.flags[std::size_t(s)]) absorbed_output(ws.problems[std::size_t(i++)], cu[s], ws, stats);
     for (index s = 0; s < batch; ++s) {
       const index n = cu[s + 1] - cu[s];
       if (n == 0 || ws.flags[std::size_t(s)]) continue;
-      sdpa_params p = expanded_problem(q, cu[s], n, caches[s], u, ws, stats);
+      sdpa_params p = expanded_problem(q, cu[s], n, caches[s], u, ws, exec, stats);
       p.threads = exec.concurrency();
+      p.exec = &exec;
+      p.scratch = ws.workers();
       sdpa_(p);
       if (stats) observe_first_token_attention(p, *stats);
     }
@@ -311,7 +390,8 @@ class mla_layer {
   // Absorbed: q̃_h = q_nope_h W_uk_h (latent width) next to q_rope, for rows [first, first + n);
   // the kernel attends over the cache rows [c | k_rope] as one shared KV head and returns the
   // latent output ō. `slot` places the sequence in the absorbed part of ws.attention.
-  sdpa_params absorbed_problem(const float* q, index first, index n, index slot, const sequence_cache& cache,
+  template <class Cache>
+  sdpa_params absorbed_problem(const float* q, index first, index n, index slot, const Cache& cache,
                                layer_workspace& ws, statistics_observer* stats) const {
     const index H = cfg_.heads, Q = qk(), L = latent_width(), dc = cfg_.kv_lora_rank, dn = cfg_.qk_nope_head_dim;
     float* qa = ws.attention.data() + slot * H * (L + dc);  // [n, H, L], then ō [n, H, d_c]
@@ -343,21 +423,23 @@ class mla_layer {
     float* o = ws.gated.data() + first * H * dv;
     // Per head on the calling thread: the heads' maps are small.
     static const execution_context serial = execution_context::serial();
-    for (index h = 0; h < H; ++h) w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial);
+    for (index h = 0; h < H; ++h)
+      w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial, ws.workers());
     if (stats) observe_first_token_attention(p, *stats);
   }
 
   // Expanded: [k_nope | v] for every cached token from its latent, k_rope shared by the heads; the
   // gate in the kernel's epilogue unless statistics need the output before it.
-  sdpa_params expanded_problem(const float* q, index first, index n, const sequence_cache& cache, const gate_scores& u,
-                               layer_workspace& ws, statistics_observer* stats) const {
+  template <class Cache>
+  sdpa_params expanded_problem(const float* q, index first, index n, const Cache& cache, const gate_scores& u,
+                               layer_workspace& ws, const execution_context& exec, statistics_observer* stats) const {
     const index H = cfg_.heads, Q = qk(), dn = cfg_.qk_nope_head_dim, dv = cfg_.v_head_dim, dc = cfg_.kv_lora_rank;
     const index L = latent_width(), t_k = cache.size(), kv_cols = H * (dn + dv);
     float* latent = ws.expanded_latent.data();
     for (index j = 0; j < t_k; ++j) cache.widen_key(j, latent + j * L);
     float* kv = ws.attention.data();   // [T_k, H, d_nope + d_v]
     float* keys = kv + t_k * kv_cols;  // [T_k, H, d_nope + d_rope]
-    kv_b_.apply(latent, t_k, L, kv, kv_cols);
+    kv_b_.apply(latent, t_k, L, kv, kv_cols, exec, ws.workers());
     for (index j = 0; j < t_k; ++j)
       for (index h = 0; h < H; ++h) {
         float* kh = keys + (j * H + h) * Q;

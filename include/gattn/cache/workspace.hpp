@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gattn/core/memory.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
@@ -24,6 +25,9 @@ struct layer_workspace {
   streamed_vector<float> lse;
   streamed_vector<float> decay;           ///< delta-rule layers: KDA's per-channel decay of a call's rows
   streamed_vector<float> kernel_scratch;  ///< delta-rule layers: one slot per concurrent kernel task
+  /// The projections' and the attention kernel's scratch (one phase of a call at a time): shared
+  /// arrays, then one slot per worker of the call's context (core/scratch_span.hpp).
+  streamed_vector<float> worker_scratch;
   std::vector<float> conv_tails;          ///< delta-rule layers: one sequence's next convolution tail
   std::vector<float> rope;    ///< cos and sin of one position
   std::vector<sdpa_params> problems;  ///< one SDPA problem per sequence of a batch
@@ -33,6 +37,8 @@ struct layer_workspace {
   static void fit(std::vector<T, A>& v, index n) {
     if (index(v.size()) < n) v.resize(std::size_t(n));
   }
+  /// worker_scratch lent to one call phase.
+  scratch_span workers() { return {worker_scratch.data(), index(worker_scratch.size())}; }
 };
 
 }  // namespace gattn

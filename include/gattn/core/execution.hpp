@@ -91,17 +91,27 @@ class execution_context {
 };
 
 /// Runs f on the calling thread only, for code that would start OpenMP teams of its own (Eigen's
-/// products do unless they find themselves inside a team of more than one thread). A team of one
-/// whose thread count is set to 1 keeps f here, so a serial context stays serial, a caller's pool
-/// gets no OpenMP teams, and every context splits the work the same way (the same bits).
+/// products do unless they find themselves inside a team of more than one thread, or the thread
+/// count is 1). Inside a team f just runs; outside one the calling thread's thread count is 1
+/// while f runs (then restored), so a serial context stays serial, a caller's pool gets no OpenMP
+/// teams, and every context splits the work the same way (the same bits). No parallel region of
+/// its own: OpenMP allocates a new team whenever a region's size differs from the previous
+/// region's, and a region of one between a context's teams of two would do that on every call.
+/// (Eigen::setNbThreads above 1 overrides the thread count: an engine that sets it gets Eigen's
+/// teams here.)
 template <class F>
 void on_this_thread(F&& f) {
 #ifdef _OPENMP
-#pragma omp parallel num_threads(1)
-  {
-    omp_set_num_threads(1);  // this region's own setting: the caller's is unchanged
+  if (omp_get_num_threads() > 1) {
     f();
+    return;
   }
+  struct restore {
+    int threads;
+    ~restore() { omp_set_num_threads(threads); }
+  } const saved{omp_get_max_threads()};
+  omp_set_num_threads(1);
+  f();
 #else
   f();
 #endif

@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/cpu.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/cache_stream.hpp"
 #include "gattn/kernel/decode_bf16_dot.hpp"
@@ -118,7 +120,24 @@ struct decode_scratch {
   std::uint16_t *qbits = nullptr, *pbits = nullptr;  // bf16_dot only
 };
 
+/// Floats of one worker's slot on the decode path: its decode_scratch, then (bf16_dot) the bf16
+/// scratch, two elements a float.
+inline index decode_slot_floats(const decode_plan& pl) {
+  return scratch_round(index(pl.scratch_floats)) + scratch_round((index(pl.scratch_bits) + 1) / 2);
+}
+
+/// The decode path's scratch: the splits' partial (O, m, l) rows, and a slot per worker.
+inline worker_scratch_layout decode_layout(const decode_plan& pl, int concurrency) {
+  worker_scratch_layout l;
+  l.shared = pl.splits > 1 ? pl.splits * pl.rows_total * (pl.dv_pad + 2) : 0;
+  l.slot = decode_slot_floats(pl);
+  l.workers = pl.splits > 1 ? workers_for(pl.splits, concurrency) : 1;
+  return l;
+}
+
+/// A worker's decode_scratch, carved from its slot.
 inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
+  float* const slot = base;
   auto take = [&base](index n) {
     float* r = base;
     base += round_up(n, 16);
@@ -134,7 +153,7 @@ inline decode_scratch carve_decode(float* base, const decode_plan& pl) {
   s.l = take(rt);
   s.alpha = take(rt);
   if (pl.bf16_dot) {
-    s.qbits = bf16_scratch(pl.scratch_bits);
+    s.qbits = reinterpret_cast<std::uint16_t*>(slot + scratch_round(index(pl.scratch_floats)));
     s.pbits = s.qbits + rt * pl.ldq;
   }
   return s;
@@ -429,17 +448,18 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
       finish_row<Arch>(p, o + gr * ldo, sr.inv_l(), i, h);
     }
   };
+  const worker_scratch_layout layout = decode_layout(pl, exec.concurrency());
+  std::vector<float> own;  // stays empty when p.scratch is large enough
+  const worker_scratch scratch = carve_workers(p.scratch, layout, own);
   if (pl.splits == 1) {
-    float* base = thread_scratch().get(pl.scratch_floats);
-    const decode_scratch sc = carve_decode(base, pl);
+    const decode_scratch sc = carve_decode(scratch.slot(0), pl);
     decode_range_any<Arch, S>(p, pl, sc, 0, pl.max_lim);
     finish(sc.o, pl.dv_pad, sc.m, sc.l, 1);
     return;
   }
-  float* partials = thread_partials().get(std::size_t(pl.splits * pl.rows_total * row_block));
-  auto body = [&](index sp) {
-    float* base = thread_scratch().get(pl.scratch_floats);
-    const decode_scratch sc = carve_decode(base, pl);
+  float* partials = scratch.shared;
+  auto body = [&](index sp, index worker) {
+    const decode_scratch sc = carve_decode(scratch.slot(worker), pl);
     const index k_begin = sp * pl.split_len, k_end = std::min(pl.max_lim, k_begin + pl.split_len);
     decode_range_any<Arch, S>(p, pl, sc, k_begin, k_end);
     float* dst = partials + sp * pl.rows_total * row_block;
@@ -449,7 +469,7 @@ inline void decode_sdpa_stored(const sdpa_params& p, const execution_context& ex
       dst[gr * row_block + pl.dv_pad + 1] = sc.l[gr];
     }
   };
-  exec.parallel_for(pl.splits, body);
+  for_each_task(exec, pl.splits, layout.workers, body);
   // Merge in split order into split 0's blocks, then finish.
   const index split_stride = pl.rows_total * row_block;
   for (index gr = 0; gr < pl.rows_total; ++gr) {

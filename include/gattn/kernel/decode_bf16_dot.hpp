@@ -24,14 +24,6 @@ inline bool decode_uses_bf16_dot(const sdpa_params& p) {
          bf16_dot_products_wanted();
 }
 
-/// The calling thread's bf16 scratch (scale·q, then one block of probabilities per row); it only
-/// grows, so steady decode does not allocate.
-inline std::uint16_t* bf16_scratch(std::size_t n) {
-  thread_local std::vector<std::uint16_t> buffer;
-  if (buffer.size() < n) buffer.resize(n);
-  return buffer.data();
-}
-
 /// s = q·kᵀ for rb (1, 2 or 4) rows of bf16 q × qk_keys key rows (16 accumulators per call).
 template <class Arch>
 inline void bf16_dot_qk_dispatch(int rb, index qk_keys, const std::uint16_t* q, index ldq, const std::uint16_t* const* k,

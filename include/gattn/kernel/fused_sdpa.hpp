@@ -30,8 +30,10 @@
 // Threads: every parallel loop is execution_context::parallel_for (p.exec, or an OpenMP team of
 // p.threads), and the plan (key splits) follows its concurrency(); fused_sdpa_batch runs many
 // problems on one context.
-// Scratch: thread_local, grown once (see unit_scratch in scratch.hpp for the per-unit layout); the split
-// partials live in a thread_local buffer of the calling thread, [unit][split][row](O | m | l).
+// Scratch: the caller's (sdpa_params::scratch, sized by sdpa_scratch_floats), carved into the split
+// partials [unit][split][row](O | m | l) and one slot per worker of the context (see unit_scratch in
+// scratch.hpp for a unit's layout); the kernel's loops run as workers taking tasks from a counter
+// (detail::for_each_task), so a slot is never shared. Without it a call allocates its own.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +43,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/decode.hpp"
 #include "gattn/kernel/epilogue.hpp"
@@ -55,8 +58,8 @@
 namespace gattn {
 
 /// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
-/// Validates shapes (throws gattn::shape_error naming the field), never allocates per call once
-/// its thread-local scratch has grown to the problem size, and never forms a T×T matrix.
+/// Validates shapes (throws gattn::shape_error naming the field), allocates nothing when
+/// p.scratch holds sdpa_scratch_floats(p, concurrency) floats, and never forms a T×T matrix.
 /// Deterministic: bitwise identical results for a fixed concurrency (thread count or
 /// p.exec->concurrency(); a call inside an OpenMP parallel region runs serially).
 template <class Arch = default_arch>
@@ -120,9 +123,8 @@ inline void end_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
 
 /// Prefill task: one unit over one key split (tasks split-major).
 template <class Arch, storage_type S>
-inline void unit_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index task) {
-  float* base = thread_scratch().get(pl.scratch_floats);
-  const unit_scratch sc = carve(base, p, pl, kernel_traits<Arch>::block_keys);
+inline void unit_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index task, float* slot) {
+  const unit_scratch sc = carve(slot, p, pl, kernel_traits<Arch>::block_keys);
   const index sp = task / pl.units, u = task % pl.units;
   const unit_coord c = unit_coords(p, pl, u);
   const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
@@ -134,17 +136,16 @@ inline void unit_task(const sdpa_params& p, const sdpa_plan& pl, float* partials
 /// back), the next tile's K and V rows of all KV heads prefetched in address order, a share per
 /// unit's work.
 template <class Arch, storage_type S>
-inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index sp) {
+inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index sp, float* slot) {
   constexpr index bc = kernel_traits<Arch>::block_keys;
-  float* base = thread_scratch().get(std::size_t(pl.units) * pl.scratch_floats);
-  std::vector<unit_info>& info = thread_unit_info();
-  info.resize(std::size_t(pl.units));
-  auto scratch_of = [&](index u) { return carve(base + std::size_t(u) * pl.scratch_floats, p, pl, bc); };
+  const index per_unit = scratch_round(index(pl.scratch_floats));
+  unit_info* info = reinterpret_cast<unit_info*>(slot + pl.units * per_unit);
+  auto scratch_of = [&](index u) { return carve(slot + u * per_unit, p, pl, bc); };
   const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
   index k_last = k_begin;  // end of the keys any unit sees in this split
   for (index u = 0; u < pl.units; ++u) {
     const unit_coord c = unit_coords(p, pl, u);
-    info[std::size_t(u)] = unit_begin<Arch>(p, pl, scratch_of(u), c.r, c.qb);
+    ::new (static_cast<void*>(info + u)) unit_info(unit_begin<Arch>(p, pl, scratch_of(u), c.r, c.qb));
     k_last = std::max(k_last, std::min(k_end, info[std::size_t(u)].max_lim));
   }
   cache_stream k_stream = cache_stream(stored_k<S>(p), p.k_token_stride, p.kv_heads, p.k_head_stride, p.d_qk, k_last, 0)
@@ -169,9 +170,8 @@ inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* p
 /// The split partial states of unit u merged row by row in split order (merge_splits), then its
 /// epilogue.
 template <class Arch>
-inline void merge_unit(const sdpa_params& p, const sdpa_plan& pl, const float* partials, index u) {
-  float* base = thread_scratch().get(pl.scratch_floats);
-  const unit_scratch sc = carve(base, p, pl, kernel_traits<Arch>::block_keys);
+inline void merge_unit(const sdpa_params& p, const sdpa_plan& pl, const float* partials, index u, float* slot) {
+  const unit_scratch sc = carve(slot, p, pl, kernel_traits<Arch>::block_keys);
   const index rf = partial_row_floats(pl);
   const float* part = partial_block(partials, pl, u, 0);
   for (index m = 0; m < pl.rows_pad; ++m)
@@ -179,17 +179,38 @@ inline void merge_unit(const sdpa_params& p, const sdpa_plan& pl, const float* p
   finish_unit<Arch>(p, pl, sc, unit_coords(p, pl, u));
 }
 
+/// The unit paths' scratch: the split partials, and a slot per worker holding one unit's scratch
+/// (interleaved: every unit's, then their unit_info).
+inline worker_scratch_layout unit_layout(const sdpa_plan& pl, int concurrency) {
+  worker_scratch_layout l;
+  l.shared = pl.splits > 1 ? pl.units * pl.splits * pl.rows_pad * partial_row_floats(pl) : 0;
+  l.slot = index(pl.scratch_floats);
+  if (pl.interleave)
+    l.slot = pl.units * scratch_round(index(pl.scratch_floats)) +
+             (pl.units * index(sizeof(unit_info)) + index(sizeof(float)) - 1) / index(sizeof(float));
+  const index tasks = pl.interleave ? pl.splits : pl.units * pl.splits;
+  l.workers = workers_for(pl.splits > 1 ? std::max(tasks, pl.units) : tasks, concurrency);
+  return l;
+}
+
 /// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
 /// a compile-time parameter, so the fp32 loops are the same code as without it.
 template <class Arch, storage_type S>
 void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   const sdpa_plan pl = make_plan<Arch>(p, exec.concurrency());
-  float* partials = nullptr;
+  const worker_scratch_layout layout = unit_layout(pl, exec.concurrency());
+  std::vector<float> own;  // stays empty when p.scratch is large enough
+  const worker_scratch scratch = carve_workers(p.scratch, layout, own);
+  float* partials = pl.splits > 1 ? scratch.shared : nullptr;
+  const index workers = layout.workers;
+  if (pl.interleave)
+    for_each_task(exec, pl.splits, workers,
+                  [&](index sp, index w) { interleaved_task<Arch, S>(p, pl, partials, sp, scratch.slot(w)); });
+  else
+    for_each_task(exec, pl.units * pl.splits, workers,
+                  [&](index task, index w) { unit_task<Arch, S>(p, pl, partials, task, scratch.slot(w)); });
   if (pl.splits > 1)
-    partials = thread_partials().get(std::size_t(pl.units * pl.splits * pl.rows_pad * partial_row_floats(pl)));
-  if (pl.interleave) exec.parallel_for(pl.splits, [&](index sp) { interleaved_task<Arch, S>(p, pl, partials, sp); });
-  else exec.parallel_for(pl.units * pl.splits, [&](index task) { unit_task<Arch, S>(p, pl, partials, task); });
-  if (pl.splits > 1) exec.parallel_for(pl.units, [&](index u) { merge_unit<Arch>(p, pl, partials, u); });
+    for_each_task(exec, pl.units, workers, [&](index u, index w) { merge_unit<Arch>(p, pl, partials, u, scratch.slot(w)); });
 }
 
 }  // namespace detail
@@ -219,23 +240,52 @@ void fused_sdpa(const sdpa_params& p) {
   else detail::fused_sdpa_on<Arch>(p, execution_context::with_threads(p.threads));
 }
 
+/// Floats of scratch (sdpa_params::scratch) that fused_sdpa needs for p's shape and t_q on a
+/// context of `concurrency` threads, for any t_k: the plan is taken at the most key splits a
+/// context can have, so one size serves every length of the cache.
+template <class Arch = default_arch>
+index sdpa_scratch_floats(const sdpa_params& p, int concurrency) {
+  if (p.t_q <= 0 || p.q_heads <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return 0;
+  sdpa_params longest = p;
+  longest.t_k = index(1) << 40;
+  const int c = std::max(1, concurrency);
+  if (detail::use_decode_path(p)) return detail::decode_layout(detail::make_decode_plan<Arch>(longest, c), c).floats();
+  return detail::unit_layout(detail::make_plan<Arch>(longest, c), c).floats();
+}
+
 /// A batch of independent problems (docs/spec.md §11: e.g. one per sequence, prefill chunks and decode
-/// tokens mixed; each problem's exec field is ignored). Each problem is validated before any runs.
+/// tokens mixed; each problem's exec field is ignored). `scratch` serves the problems that run
+/// with the whole context (unless they bring their own) or is split into one slot per worker when
+/// they run one per thread (their own scratch is then unused). Each problem is validated before any runs.
 /// When count >= exec.concurrency(), the problems run in parallel, each on one thread (a batch of
 /// single-token decodes fills the threads); otherwise one after the other, each with the whole
 /// context. Each output is what that problem gives alone on the same context (bitwise when
 /// count < concurrency; on one thread otherwise); deterministic for fixed inputs and concurrency.
 template <class Arch = default_arch>
-void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_context& exec) {
+void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_context& exec,
+                      scratch_span scratch = {}) {
   detail::require<shape_error>(count >= 0 && (count == 0 || problems != nullptr), "fused_sdpa_batch: count=", count,
                                problems == nullptr ? " with problems null" : " must be >= 0");
   for (index i = 0; i < count; ++i) detail::validate(problems[i]);
   if (count >= exec.concurrency()) {
     const execution_context one = execution_context::serial();
-    exec.parallel_for(count, [&](index i) { detail::fused_sdpa_on<Arch>(problems[i], one); });
+    detail::worker_scratch_layout layout;
+    for (index i = 0; i < count; ++i) layout.slot = std::max(layout.slot, sdpa_scratch_floats<Arch>(problems[i], 1));
+    layout.workers = detail::workers_for(count, exec.concurrency());
+    std::vector<float> own;  // stays empty when `scratch` is large enough
+    const detail::worker_scratch slots = detail::carve_workers(scratch, layout, own);
+    detail::for_each_task(exec, count, layout.workers, [&](index i, index w) {
+      sdpa_params p = problems[i];
+      p.scratch = {slots.slot(w), layout.slot};
+      detail::fused_sdpa_on<Arch>(p, one);
+    });
     return;
   }
-  for (index i = 0; i < count; ++i) detail::fused_sdpa_on<Arch>(problems[i], exec);
+  for (index i = 0; i < count; ++i) {
+    sdpa_params p = problems[i];
+    if (p.scratch.data == nullptr) p.scratch = scratch;
+    detail::fused_sdpa_on<Arch>(p, exec);
+  }
 }
 
 }  // namespace gattn

@@ -238,11 +238,5 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
   for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
 }
 
-/// Per-unit bookkeeping of the interleaved decode path (grows, never shrinks).
-inline std::vector<unit_info>& thread_unit_info() {
-  static thread_local std::vector<unit_info> info;
-  return info;
-}
-
 }  // namespace detail
 }  // namespace gattn

@@ -1,4 +1,4 @@
-// Per-thread scratch of the fused kernel: aligned buffers, the call plan and the unit layout.
+// Scratch of the fused kernel: the call plan and the layout of a work unit's scratch.
 #pragma once
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/kernel/kernel_traits.hpp"
@@ -19,28 +20,6 @@
 namespace gattn {
 namespace detail {
 
-/// 64-byte aligned float buffer that only grows (scratch reused across calls).
-class aligned_buffer {
- public:
-  float* get(std::size_t n) {
-    if (n > size_) {
-      const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-      void* mem = std::aligned_alloc(64, bytes);
-      if (mem == nullptr) throw std::bad_alloc();
-      data_.reset(static_cast<float*>(mem));
-      size_ = n;
-    }
-    return data_.get();
-  }
-
- private:
-  struct freer {
-    void operator()(float* f) const noexcept { std::free(f); }
-  };
-  std::unique_ptr<float, freer> data_;
-  std::size_t size_ = 0;
-};
-
 /// Per-thread scratch of one work unit, one block (64-byte aligned); layout in floats:
 ///   qt    [d_qk][M_pad]      scaled Qᵀ of the unit
 ///   st    [Bc][M_pad]        Sᵀ tile, overwritten by Pᵀ
@@ -48,7 +27,8 @@ class aligned_buffer {
 ///   vpack [Bc][dv_pad]       V tile zero-padded to dv_pad (when d_v % W != 0 or K/V are bf16/f16)
 ///   kpack [Bc][d_qk]         K tile widened to fp32 (only when K/V are bf16/f16)
 ///   m, l, alpha, lim [M_pad] per-row softmax state, rescale factors, visible-key counts
-/// thread_local, so concurrent calls from user threads and OpenMP workers never share it.
+/// Carved from the worker's slot of the call's scratch (sdpa_params::scratch), so concurrent work
+/// units never share it.
 struct unit_scratch {
   float *qt, *st, *o, *vpack, *kpack, *m, *l, *alpha, *lim;
 };
@@ -141,18 +121,6 @@ inline void static_switch(int n, F&& f) {
     }
     static_switch<N - 1>(n, std::forward<F>(f));
   }
-}
-
-/// Thread-local scratch of the calling thread (grows, never shrinks).
-inline aligned_buffer& thread_scratch() {
-  static thread_local aligned_buffer buf;
-  return buf;
-}
-/// Split-KV partial states, owned by the calling thread and filled by its OpenMP team:
-///   [unit][split][row_pad] blocks of (dv_pad floats of O, then m, l) = dv_pad + 2 floats per row.
-inline aligned_buffer& thread_partials() {
-  static thread_local aligned_buffer buf;
-  return buf;
 }
 
 }  // namespace detail

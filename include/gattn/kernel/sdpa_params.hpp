@@ -7,6 +7,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 
 namespace gattn {
@@ -57,6 +58,10 @@ struct sdpa_params {
   /// Where the kernel's parallel loops run; nullptr = an OpenMP team of `threads`. The plan (key
   /// splits) follows its concurrency(), so results are deterministic per concurrency.
   const execution_context* exec = nullptr;
+  /// The call's scratch, at least sdpa_scratch_floats(p, concurrency) floats (fused_sdpa.hpp): the
+  /// split partials, then one slot per worker of the context. Empty or smaller: the kernel
+  /// allocates for the call.
+  scratch_span scratch;
 };
 
 namespace detail {

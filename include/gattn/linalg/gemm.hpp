@@ -252,8 +252,7 @@ void gemm_packed(storage_type t, const void* w, index stride, index count, const
   }
 }
 
-/// A 64-byte aligned float buffer of this thread, at least n floats (grown, never shrunk: steady
-/// calls allocate nothing).
+/// The 64-byte aligned start of at least n floats in v (grown, never shrunk).
 inline float* gemm_thread_buffer(std::vector<float>& v, index n) {
   const std::size_t need = std::size_t(n) + 16;
   if (v.size() < need) v.resize(need);
@@ -262,12 +261,13 @@ inline float* gemm_thread_buffer(std::vector<float>& v, index n) {
 }
 
 /// y[n, r] (row stride y_stride) = Σ_k W[r, k] · x[n, k] for the `count` weight rows at `w`
-/// (`stride` bytes apart) and `rows` rows of x: gemm_packed after packing x into this thread's
-/// buffer. (linear_map packs once per call and calls gemm_packed per tile.)
+/// (`stride` bytes apart) and `rows` rows of x: gemm_packed after packing x into a buffer of the
+/// call's own. (linear_map packs once per call, into its caller's scratch, and calls gemm_packed
+/// per tile.)
 template <class Arch>
 void gemm_rows(storage_type t, const void* w, index stride, index count, const float* x, index x_stride, index rows,
                index in, float* y, index y_stride) {
-  thread_local std::vector<float> buffer;
+  std::vector<float> buffer;
   float* xp = gemm_thread_buffer(buffer, rows * gemm_packed_stride(in));
   gemm_pack_x<Arch>(gemm_order_for(t), x, x_stride, rows, in, xp);
   gemm_packed<Arch>(t, w, stride, count, xp, rows, in, y, y_stride);

@@ -9,6 +9,7 @@
 
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
+#include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/linalg/gemm.hpp"
@@ -70,36 +71,38 @@ class linear_map {
   }
 
   /// y (rows × out, row stride y_stride) = x (rows × in, row stride x_stride) · Wᵀ + b.
+  /// `scratch` (at least scratch_floats(rows, exec.concurrency()) floats) holds x packed for the
+  /// small GEMM and each worker's widened bf16/f16 panel; without it the call allocates its own.
   void apply(const float* x, index rows, index x_stride, float* y, index y_stride,
-             const execution_context& exec = execution_context{}) const {
+             const execution_context& exec = execution_context{}, scratch_span scratch = {}) const {
     if (rows <= 0 || out_ == 0) return;
-    // A few microseconds of team start-up dwarf a small map: run those on the calling thread.
-    const bool small = weight_bytes() < (index(1) << 18);
-    const execution_context& team = small ? serial_ : exec;
-    if (rows <= gemv_rows)
+    const execution_context& team = team_for(exec);
+    if (rows <= gemv_rows) {
       team.parallel_for(index(gemv_tiles_.size()),
                         [&](index i) { gemv_tile(gemv_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
-    else if (rows <= small_gemm_limit_) {
-      // x packed once per call on this thread, shared read-only by every tile: one buffer per
-      // packing order the map's dtypes need (f32 and f16 share the natural order; bf16 pairs).
-      thread_local std::vector<float> buffer;
-      const index per_order = rows * detail::gemm_packed_stride(in_);
-      float* p = detail::gemm_thread_buffer(buffer, per_order * (index(has_natural_) + index(has_pairs_)));
-      const float* packed[2] = {nullptr, nullptr};  // by detail::gemm_x_order
-      for (detail::gemm_x_order o : {detail::gemm_x_order::natural, detail::gemm_x_order::pairs}) {
-        if (!(o == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_)) continue;
-        detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
-        packed[int(o)] = p;
-        p += per_order;
-      }
-      team.parallel_for(index(gemv_tiles_.size()), [&](index i) {
-        const tile& t = gemv_tiles_[std::size_t(i)];
-        const storage_type type = parts_[std::size_t(t.part_index)].w.type();
-        small_gemm_tile(t, packed[int(detail::gemm_order_for(type))], rows, y, y_stride);
+      return;
+    }
+    const detail::worker_scratch_layout layout = scratch_layout(rows, team.concurrency());
+    std::vector<float> own;  // stays empty when `scratch` is large enough
+    const detail::worker_scratch sc = detail::carve_workers(scratch, layout, own);
+    if (rows <= small_gemm_limit_) small_gemm(x, rows, x_stride, y, y_stride, team, sc.shared);
+    else
+      detail::for_each_task(team, index(gemm_tiles_.size()), layout.workers, [&](index i, index w) {
+        gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride, sc.slot(w));
       });
-    } else
-      team.parallel_for(index(gemm_tiles_.size()),
-                        [&](index i) { gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride); });
+  }
+
+  /// Floats of scratch that serve every apply() of up to max_rows rows on `concurrency` threads.
+  index reserve_floats(index max_rows, int concurrency) const {
+    return std::max(scratch_floats(std::min(max_rows, small_gemm_limit_), concurrency),
+                    scratch_floats(max_rows, concurrency));
+  }
+
+  /// Floats of scratch apply() needs for `rows` rows on a context of `concurrency` threads.
+  index scratch_floats(index rows, int concurrency) const {
+    if (rows <= gemv_rows || out_ == 0) return 0;
+    const bool small = weight_bytes() < small_map_bytes;
+    return scratch_layout(rows, small ? 1 : concurrency).floats();
   }
 
  private:
@@ -117,7 +120,48 @@ class linear_map {
   index in_ = 0, out_ = 0;
   index small_gemm_limit_ = small_gemm_rows_16bit;
   bool has_natural_ = false, has_pairs_ = false;  // packing orders of the small GEMM that the parts need
+  bool all_f32_ = true;  // the Eigen panels read every part in place
   execution_context serial_ = execution_context::serial();
+
+  /// Maps reading fewer weight bytes run on the calling thread: a few microseconds of team start-up
+  /// dwarf them.
+  static constexpr index small_map_bytes = index(1) << 18;
+  const execution_context& team_for(const execution_context& exec) const {
+    return weight_bytes() < small_map_bytes ? serial_ : exec;
+  }
+
+  /// The small GEMM's x packed once (shared by every tile, one copy per packing order the map's
+  /// dtypes need: f32 and f16 share the natural order, bf16 takes pairs); the Eigen panels'
+  /// widened bf16/f16 weights, one panel per worker.
+  detail::worker_scratch_layout scratch_layout(index rows, int concurrency) const {
+    detail::worker_scratch_layout l;
+    if (rows <= small_gemm_limit_) {
+      l.shared = detail::scratch_round(rows * detail::gemm_packed_stride(in_)) * (index(has_natural_) + index(has_pairs_));
+      return l;
+    }
+    l.workers = detail::workers_for(index(gemm_tiles_.size()), concurrency);
+    if (!all_f32_) l.slot = std::min(gemm_panel_rows, out_) * in_;
+    return l;
+  }
+
+  /// The small GEMM, x packed into `packed_base` (scratch_layout's shared floats).
+  void small_gemm(const float* x, index rows, index x_stride, float* y, index y_stride, const execution_context& team,
+                  float* packed_base) const {
+    const index per_order = detail::scratch_round(rows * detail::gemm_packed_stride(in_));
+    float* p = packed_base;
+    const float* packed[2] = {nullptr, nullptr};  // by detail::gemm_x_order
+    for (detail::gemm_x_order o : {detail::gemm_x_order::natural, detail::gemm_x_order::pairs}) {
+      if (!(o == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_)) continue;
+      detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
+      packed[int(o)] = p;
+      p += per_order;
+    }
+    team.parallel_for(index(gemv_tiles_.size()), [&](index i) {
+      const tile& t = gemv_tiles_[std::size_t(i)];
+      const storage_type type = parts_[std::size_t(t.part_index)].w.type();
+      small_gemm_tile(t, packed[int(detail::gemm_order_for(type))], rows, y, y_stride);
+    });
+  }
 
   void add(const weight_segment& s) {
     const weight_view& w = s.weight;
@@ -139,6 +183,7 @@ class linear_map {
     parts_.push_back({rows, out_});
     small_gemm_limit_ = std::min(small_gemm_limit_, small_gemm_rows(w.type()));
     (detail::gemm_order_for(w.type()) == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_) = true;
+    all_f32_ = all_f32_ && w.type() == storage_type::f32;
     for (index r = 0; r < count; r += gemv_tile_rows)
       gemv_tiles_.push_back({part_index, r, std::min(gemv_tile_rows, count - r)});
     for (index r = 0; r < count; r += gemm_panel_rows)
@@ -173,9 +218,10 @@ class linear_map {
     add_bias(t, rows, y, y_stride);
   }
 
-  /// One panel of output columns: f32 weights in place, bf16/f16 widened into this thread's scratch
-  /// (grown once, so steady calls allocate nothing), then a single-threaded Eigen GEMM.
-  void gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
+  /// One panel of output columns: f32 weights in place, bf16/f16 widened into the worker's `panel`
+  /// scratch (gemm_panel_rows · in floats), then a single-threaded Eigen GEMM.
+  void gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride,
+                 float* scratch) const {
     using stride = Eigen::OuterStride<>;
     const weight_view& w = parts_[std::size_t(t.part_index)].w;
     const float* panel = nullptr;
@@ -184,11 +230,9 @@ class linear_map {
       panel = static_cast<const float*>(tile_rows(t));
       panel_stride = w.row_stride();
     } else {
-      thread_local std::vector<float> scratch;
-      if (scratch.size() < std::size_t(t.count * in_)) scratch.resize(std::size_t(t.count * in_));
       detail::widen_rows<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, in_,
-                                       scratch.data());
-      panel = scratch.data();
+                                       scratch);
+      panel = scratch;
     }
     Eigen::Map<const row_matrix, 0, stride> X(x, rows, in_, stride(x_stride));
     Eigen::Map<const row_matrix, 0, stride> W(panel, t.count, in_, stride(std::max<index>(panel_stride, 1)));
