@@ -34,13 +34,24 @@ struct cli_result {
 };
 
 /// A directory of this process under the system's temporary directory (made on first use).
+/// A directory of this process's own, removed with everything in it when the process exits.
+struct process_temp_dir {
+  fs::path path;
+  explicit process_temp_dir(const std::string& stem)
+      : path(fs::temp_directory_path() / (stem + "_" + std::to_string(::getpid()))) {
+    fs::create_directories(path);
+  }
+  ~process_temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  process_temp_dir(const process_temp_dir&) = delete;
+  process_temp_dir& operator=(const process_temp_dir&) = delete;
+};
+
 inline fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("gattn_cli_test_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const process_temp_dir dir("gattn_cli_test");
+  return dir.path;
 }
 
 /// The whole content of the file at p (empty when it cannot be read).

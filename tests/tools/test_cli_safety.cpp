@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gattn/io/safetensors.hpp"
+#include "support/cli_harness.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
@@ -71,12 +72,8 @@ std::string slurp(const fs::path& p) {
 
 /// Runs `gattn <args>` through the shell; `prefix` is shell text run first (e.g. a ulimit).
 cli_result run_cli(const std::string& args, const std::string& prefix = "") {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("gattn_cli_safety_io_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+  static const cli_test::process_temp_dir dir("gattn_cli_safety_io");
+  const fs::path out = dir.path / "stdout.txt", err = dir.path / "stderr.txt";
   const std::string cmd = prefix + std::string(GATTN_CLI_LAUNCHER) + "'" + GATTN_CLI_PATH + "' " + args + " >'" +
                           out.string() + "' 2>'" + err.string() + "'";
   const int raw = std::system(cmd.c_str());
