@@ -403,7 +403,9 @@ inline delta_config hf_parse_gdn(const json& j, const std::string& w) {
 /// `gate_lower_bound` (the bounded decay) and `use_full_rank_gate` (g_proj instead of g_a → g_b).
 inline delta_config hf_parse_kda(const json& j, const std::string& w) {
   hf_require_silu(j, w);
-  const json& l = j.at("linear_attn_config");
+  if (!has(j, "linear_attn_config")) throw config_error(w + ": missing required key 'linear_attn_config' (a KDA layer's)");
+  const json& l = j["linear_attn_config"];
+  if (!l.is_object()) throw config_error(w + ": 'linear_attn_config' is " + l.type_name() + ", not an object");
   const std::string lw = w + ".linear_attn_config";
   delta_config c;
   c.kind = delta_kind::kda;
