@@ -9,7 +9,7 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn::io::detail {
+GATTN_NAMESPACE_BEGIN namespace io::detail {
 
 inline const std::vector<const char*> delta_common_keys = {"attention",     "hidden_size",    "num_key_heads",
                                                            "num_value_heads", "key_head_dim", "value_head_dim",
@@ -104,4 +104,4 @@ inline delta_config parse_delta_config(const nlohmann::json& j) {
   return c;
 }
 
-}  // namespace gattn::io::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::io::detail

@@ -13,7 +13,7 @@
 #include "gattn/io/delta_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace io {
 namespace detail {
 
@@ -223,4 +223,4 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
 }
 
 }  // namespace io
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

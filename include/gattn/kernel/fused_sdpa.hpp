@@ -52,7 +52,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
 /// Validates shapes (throws gattn::shape_error naming the field), never allocates per call once
@@ -238,4 +238,4 @@ void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_
   for (index i = 0; i < count; ++i) detail::fused_sdpa_on<Arch>(problems[i], exec);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -19,7 +19,7 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// The stored K and V of p as elements of storage type S.
@@ -245,4 +245,4 @@ inline std::vector<unit_info>& thread_unit_info() {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -16,7 +16,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// 64-byte aligned float buffer that only grows (scratch reused across calls).
@@ -156,4 +156,4 @@ inline aligned_buffer& thread_partials() {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

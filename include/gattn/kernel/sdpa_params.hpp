@@ -9,7 +9,7 @@
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 /// Per-output-row epilogue, applied after O /= l and before the single store.
 struct sdpa_epilogue {
   norm_kind out_norm = norm_kind::none;  ///< per-head RMSNorm over d_v (weight size d_v; nullptr = 1)
@@ -134,4 +134,4 @@ inline void validate(const sdpa_params& p) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn
