@@ -11,8 +11,9 @@ endif()
 get_filename_component(INCLUDE_DIR "${INCLUDE_DIR}" ABSOLUTE)
 
 # Headers allowed to open gattn outside the arch namespace, and why: exceptions (caught across
-# TUs), index and matrix_view, plain configurations and enums, process-wide kernel choices.
-set(outside core/error.hpp core/types.hpp core/config.hpp core/cpu.hpp core/arch_namespace.hpp)
+# TUs), index and matrix_view, plain configurations and enums, process-wide kernel choices, and
+# the runtime dispatcher (called from a translation unit of no particular arch).
+set(outside core/error.hpp core/types.hpp core/config.hpp core/cpu.hpp core/arch_namespace.hpp simd/dispatch.hpp)
 
 set(problems "")
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR}/gattn ${INCLUDE_DIR}/gattn/*.hpp)
