@@ -13,8 +13,8 @@ GATTN_NAMESPACE_BEGIN namespace io::detail {
 
 inline const std::vector<const char*>& delta_common_keys() {
   static const std::vector<const char*> keys = {"attention",     "hidden_size",    "num_key_heads",
-                                                           "num_value_heads", "key_head_dim", "value_head_dim",
-                                                           "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype"};
+                                                "num_value_heads", "key_head_dim", "value_head_dim",
+                                                "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype"};
   return keys;
 }
 /// Keys only a KDA layer reads; in a gated_deltanet config they are refused as such.

@@ -20,12 +20,12 @@ namespace detail {
 /// docs/spec.md §9's keys: common to both families, then each family's own.
 inline const std::vector<const char*>& gqa_only_keys() {
   static const std::vector<const char*> keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
-                                                       "partial_rotary_factor"};
+                                                "partial_rotary_factor"};
   return keys;
 }
 inline const std::vector<const char*>& mla_only_keys() {
   static const std::vector<const char*> keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                                                       "kv_lora_rank", "q_lora_rank"};
+                                                "kv_lora_rank", "q_lora_rank"};
   return keys;
 }
 inline std::vector<const char*> with_common_keys(const std::vector<const char*>& own) {
