@@ -10,7 +10,7 @@
 set -euo pipefail
 
 pkgs=(cmake g++ make libeigen3-dev libxsimd-dev nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev)
-# Tensor parallelism over MPI (gattn::mpi, `mpirun -np P gattn run`): the host's Open MPI. The
+# Tensor parallelism over MPI (gattn::mpi, `mpirun -np P gattn-mpi run`): the host's Open MPI. The
 # AArch64 cross build does not use it (CMake never looks for MPI when cross-compiling).
 pkgs+=(libopenmpi-dev openmpi-bin)
 for arg in "$@"; do

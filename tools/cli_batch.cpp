@@ -8,7 +8,7 @@
 
 #include "gattn/io.hpp"
 
-namespace gattn::cli {
+GATTN_NAMESPACE_BEGIN namespace cli {
 
 std::vector<index> parse_batch_lengths(const std::string& text) {
   std::vector<index> out;
@@ -114,4 +114,4 @@ void write_batch_output(const std::string& path, const std::vector<std::vector<f
   io::write_safetensors(path, tensors, {{"producer", producer}});
 }
 
-}  // namespace gattn::cli
+}  GATTN_NAMESPACE_END  // namespace gattn::cli

@@ -8,7 +8,7 @@
 #include "gattn/attention/any_layer.hpp"
 #include "cli_tp.hpp"
 
-namespace gattn::cli {
+GATTN_NAMESPACE_BEGIN namespace cli {
 
 /// "L1,L2,..." as lengths >= 1. Throws std::invalid_argument naming the bad item (empty list or
 /// item, not a number, 0 or negative).
@@ -27,4 +27,4 @@ std::vector<std::vector<float>> run_batch(const run_layer& layer, const std::vec
 void write_batch_output(const std::string& path, const std::vector<std::vector<float>>& y, index d,
                         const std::string& producer);
 
-}  // namespace gattn::cli
+}  GATTN_NAMESPACE_END  // namespace gattn::cli

@@ -10,7 +10,7 @@
 #include "gattn/mpi/mpi_communicator.hpp"
 #endif
 
-namespace gattn::cli {
+GATTN_NAMESPACE_BEGIN namespace cli {
 
 namespace {
 
@@ -60,8 +60,8 @@ tp_group::tp_group([[maybe_unused]] int* argc, [[maybe_unused]] char*** argv) {
   }
 #else
   if (std::getenv("OMPI_COMM_WORLD_SIZE") && std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")) > 1)
-    std::fprintf(stderr, "gattn: warning: started by mpirun, but this gattn was built without MPI "
-                         "(GATTN_WITH_MPI=OFF): every rank runs the whole layer alone\n");
+    std::fprintf(stderr, "gattn: warning: started by mpirun, but this gattn links no MPI: every rank runs "
+                         "the whole layer alone (gattn-mpi shards the heads over the ranks)\n");
 #endif
   if (!comm_) comm_ = std::make_unique<counting_communicator>(std::make_unique<single_rank_communicator>());
   current_group = this;
@@ -99,4 +99,4 @@ tp_group& tp_group::current() {
   return *current_group;
 }
 
-}  // namespace gattn::cli
+}  GATTN_NAMESPACE_END  // namespace gattn::cli

@@ -12,7 +12,7 @@
 #include "gattn/parallel/communicator.hpp"
 #include "gattn/parallel/tp_layer.hpp"
 
-namespace gattn::cli {
+GATTN_NAMESPACE_BEGIN namespace cli {
 
 /// What a rank brings to the agreement before computing (tp_group::gather): whether it failed,
 /// and digests of what it is about to compute, which every rank must share.
@@ -133,4 +133,4 @@ class run_layer {
   std::optional<tp_layer> tp_;
 };
 
-}  // namespace gattn::cli
+}  GATTN_NAMESPACE_END  // namespace gattn::cli

@@ -36,7 +36,9 @@
 #include "gattn/core/cpu.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 #include "gattn/io.hpp"
+#include "gattn/simd/dispatch.hpp"
 #include "cli_batch.hpp"
+#include "cli_entry.hpp"
 #include "cli_tp.hpp"
 
 #ifndef GATTN_VERSION
@@ -919,6 +921,18 @@ std::string features_line() {
          (has.empty() ? std::string(" none") : has) + "\n";
 }
 
+/// "dispatch: ..." : whether the arch was chosen at run time (tools/CMakeLists.txt), and among which.
+std::string dispatch_line() {
+#if defined(GATTN_CLI_DISPATCHED)
+  std::string built;
+  gattn::dispatch_arches::for_each([&](auto arch) { built += std::string(built.empty() ? "" : ", ") + arch.name(); });
+  return std::string("dispatch: at run time, ") + gattn::dispatch_target::name() + " chosen (built for " + built +
+         "); code namespace gattn::" + gattn::arch_namespace_name() + "\n";
+#else
+  return std::string("dispatch: at compile time; code namespace gattn::") + gattn::arch_namespace_name() + "\n";
+#endif
+}
+
 /// The vendor-dependent kernel choices this process makes (core/cpu.hpp).
 std::string kernel_choices_line() {
   const bool dots = gattn::simd::has_bf16_dot<gattn::default_arch> && gattn::bf16_dot_products_wanted();
@@ -962,7 +976,7 @@ int info_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--weights"}, {});
   std::cout << "gattn " << GATTN_VERSION << "\n"
             << "simd arch: " << gattn::default_arch_name() << "\n"
-            << features_line() << kernel_choices_line()
+            << dispatch_line() << features_line() << kernel_choices_line()
 #ifdef _OPENMP
             << "threads: OpenMP, " << omp_get_max_threads() << " available\n";
 #else
@@ -1060,7 +1074,8 @@ int run_main(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+template <class Arch>
+int cli_entry::operator()(Arch, int argc, char** argv) const {
   // A write past the file size limit (ulimit -f) then fails with EFBIG and is reported like a full
   // disk, instead of killing the process halfway through the file.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -1075,3 +1090,10 @@ int main(int argc, char** argv) {
   if (status != 0) group->fail(status);
   return status;
 }
+
+#if defined(GATTN_CLI_DISPATCHED)
+// This translation unit's arch; cli_main.cpp picks among them (tools/CMakeLists.txt).
+template int cli_entry::operator()(gattn::dispatch_target, int, char**) const;
+#else
+int main(int argc, char** argv) { return cli_entry{}(gattn::default_arch{}, argc, argv); }
+#endif

@@ -59,3 +59,8 @@ run("build" ${CMAKE_COMMAND} --build ${build})
 set(ENV{OMP_NUM_THREADS} 2)
 string(REPLACE "|" ";" consumer_args "${CONSUMER_ARGS}")  # | separates folders: ctest would split a ;
 run("run" ${build}/consumer ${consumer_args})
+run("run without OpenMP" ${build}/consumer_no_openmp)
+if(EXISTS ${build}/consumer_two_arches)
+  run("run two arches" ${build}/consumer_two_arches)
+  run("run dispatched" ${build}/consumer_dispatched)
+endif()

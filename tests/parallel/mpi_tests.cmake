@@ -1,4 +1,4 @@
-# ctest tests mpi.*: `mpirun -np P gattn run --check` on every causal vector and Hugging Face folder
+# ctest tests mpi.*: `mpirun -np P gattn-mpi run --check` on every causal vector and Hugging Face folder
 # of tests/data, in prefill and decode, for P = 2 and 4 where the heads allow (3 for 3-headed
 # vectors); `-np 3` over 4 heads, which every rank must refuse within seconds; and two ranks given
 # different inputs (one rank's weights missing, a different x, a different T), which both ranks must
@@ -6,8 +6,9 @@
 # vectors run at the largest of those P only (each mpirun costs about a second of start-up, and the
 # in-process TensorParallelVectors already cover every P on every vector): the transport is tested
 # at both P on the Hugging Face folders.
-# Registered only with the CLI, gattn::mpi and an mpiexec (never in a cross build).
-if(NOT (TARGET gattn_cli AND TARGET gattn_mpi AND MPIEXEC_EXECUTABLE) OR CMAKE_CROSSCOMPILING)
+# Registered only with gattn-mpi (the CLI built with gattn::mpi, tools/CMakeLists.txt) and an mpiexec
+# (never in a cross build).
+if(NOT (TARGET gattn_mpi_cli AND MPIEXEC_EXECUTABLE) OR CMAKE_CROSSCOMPILING)
   return()
 endif()
 
@@ -104,7 +105,7 @@ function(_gattn_mpi_test name config weights input tol json every_p layer)
   if(NOT every_p)
     list(GET ranks -1 ranks)
   endif()
-  add_test(NAME mpi.${name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DCLI=$<TARGET_FILE:gattn_cli>
+  add_test(NAME mpi.${name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DCLI=$<TARGET_FILE:gattn_mpi_cli>
     -DCONFIG=${config} -DWEIGHTS=${weights} -DINPUT=${input} -DTOL=${tol} "-DRANKS=${ranks}" "-DLAYER=${layer}"
     -P ${_mpi_runner})
   set_tests_properties(mpi.${name} PROPERTIES TIMEOUT 300 LABELS mpi ENVIRONMENT "${_mpi_env}")
@@ -139,7 +140,7 @@ foreach(cfg IN LISTS _mpi_hf_configs)
 endforeach()
 
 add_test(NAME mpi.refuses_3_ranks_over_4_heads COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE}
-  -DCLI=$<TARGET_FILE:gattn_cli> -DCONFIG=${_mpi_data}/gqa_plain.config.json
+  -DCLI=$<TARGET_FILE:gattn_mpi_cli> -DCONFIG=${_mpi_data}/gqa_plain.config.json
   -DWEIGHTS=${_mpi_data}/gqa_plain.safetensors -DINPUT=${_mpi_data}/gqa_plain.safetensors -DREFUSE=3
   -P ${_mpi_runner})
 set_tests_properties(mpi.refuses_3_ranks_over_4_heads PROPERTIES TIMEOUT 120 LABELS mpi ENVIRONMENT "${_mpi_env}")
@@ -156,7 +157,7 @@ foreach(_case "weights_missing|/nonexistent/w.safetensors|${_plain}.safetensors|
   list(GET _case 2 _input2)
   list(GET _case 3 _expect)
   add_test(NAME mpi.ranks_disagree_${_name} COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE}
-    -DCLI=$<TARGET_FILE:gattn_cli> -DCONFIG=${_plain}.config.json -DWEIGHTS=${_plain}.safetensors
+    -DCLI=$<TARGET_FILE:gattn_mpi_cli> -DCONFIG=${_plain}.config.json -DWEIGHTS=${_plain}.safetensors
     -DINPUT=${_plain}.safetensors -DWEIGHTS2=${_weights2} -DINPUT2=${_input2} -DDIVERGE=${_name}
     -DOUTPUT=${CMAKE_CURRENT_BINARY_DIR}/mpi_disagree_${_name}.safetensors "-DEXPECT=${_expect}" -P ${_mpi_runner})
   set_tests_properties(mpi.ranks_disagree_${_name} PROPERTIES TIMEOUT 120 LABELS mpi ENVIRONMENT "${_mpi_env}")

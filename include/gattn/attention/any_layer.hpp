@@ -9,7 +9,7 @@
 #include "gattn/attention/mla_layer.hpp"
 #include "gattn/gate/policy.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// gqa_layer, mla_layer or delta_layer behind one interface; the choice is made once, at
 /// construction. The softmax layers keep a KV cache per sequence (kv_cache, paged_kv_cache); the
@@ -161,4 +161,4 @@ class gated_mla : public mla_layer {
   gated_mla(const mla_config& cfg, const weight_map& w) : mla_layer(detail::with_gate<Gate>(cfg), w) {}
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

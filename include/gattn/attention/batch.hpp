@@ -19,7 +19,7 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Checks x [N, d], y [N, d] and cu_seqlens (starts at 0, never decreases, ends at N); returns N.
@@ -269,4 +269,4 @@ inline void run_sdpa_problems(sdpa_function sdpa, sdpa_params* problems, index c
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

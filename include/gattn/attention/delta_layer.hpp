@@ -22,7 +22,7 @@
 #include "gattn/diagnostics/statistics.hpp"
 #include "gattn/kernel/delta_rule.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A Gated DeltaNet or KDA layer with fixed weights (views of `w`, used in place). Calls are const:
 /// one layer serves many sequences, each with its own state, from several threads at once (each
@@ -344,4 +344,4 @@ class delta_layer {
   delta_form form_ = delta_form::automatic;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -15,7 +15,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 template <class B>
@@ -121,4 +121,4 @@ inline void gated_rms_norm(float* o, const float* u, index heads, index dim, con
   }
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -20,7 +20,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/core/validate.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Sizes of one sequence's state for a layer config (validated first).
 struct delta_state_shape {
@@ -233,4 +233,4 @@ class delta_sequence {
   delta_state_pool::sequence_id id_ = -1;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -26,7 +26,7 @@
 #include "gattn/kernel/fused_sdpa.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A gated GQA attention layer with fixed weights. Calls are const: one layer object can serve
 /// many sequences (one kv_cache each) from several threads at once.
@@ -408,4 +408,4 @@ class gqa_layer {
   plan plan_ = plan::of(cfg_);
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -24,7 +24,7 @@
 #include "gattn/linalg/linear_map.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A gated MLA layer with fixed weights. Calls are const (one object, many sequences).
 class mla_layer {
@@ -512,4 +512,4 @@ class mla_layer {
   plan plan_ = plan::of(cfg_);
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

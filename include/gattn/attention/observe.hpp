@@ -12,7 +12,7 @@
 #include "gattn/gate/shape.hpp"
 #include "gattn/kernel/fused_sdpa.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Element `at` of the stored keys of p, widened (bf16/f16 caches hold bits).
 inline float stored_key(const sdpa_params& p, index at) {
@@ -51,4 +51,4 @@ inline void observe_first_token_attention(const sdpa_params& p, statistics_obser
   }
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -9,7 +9,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/rope_frequencies.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// The rotation of one layer: immutable after construction, so calls share it without copying.
 class rope_rotator {
@@ -56,4 +56,4 @@ class rope_rotator {
   rope_frequencies freq_;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

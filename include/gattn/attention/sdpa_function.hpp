@@ -4,7 +4,7 @@
 
 #include "gattn/kernel/fused_sdpa.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Runs one SDPA problem with its epilogue (same contract as fused_sdpa).
 using sdpa_function = void (*)(const sdpa_params&);
@@ -12,4 +12,4 @@ using sdpa_function = void (*)(const sdpa_params&);
 /// The fused kernel on the arch the translation unit was compiled for.
 inline void kernel_sdpa(const sdpa_params& p) { fused_sdpa<default_arch>(p); }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

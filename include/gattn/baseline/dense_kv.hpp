@@ -10,7 +10,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/convert.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Widens `width` stored elements of view p (element type p.kv_type) starting at `row` into dst.
@@ -53,4 +53,4 @@ inline sdpa_params dense_kv_view(const sdpa_params& p, std::vector<float>& k_out
 inline bool dense_f32_kv(const sdpa_params& p) { return p.kv_type == storage_type::f32 && p.block_table == nullptr; }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -12,7 +12,7 @@
 #include "gattn/baseline/unfused_sdpa.hpp"
 #include "gattn/reference/sdpa.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// kernel: the fused kernel; reference: the double-precision oracle; unfused: the Eigen baseline.
 enum class sdpa_backend { kernel, reference, unfused };
@@ -61,4 +61,4 @@ inline sdpa_function sdpa_of(sdpa_backend b) {
   return b == sdpa_backend::kernel ? &kernel_sdpa : b == sdpa_backend::reference ? &reference_sdpa : &unfused_sdpa;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -16,7 +16,7 @@
 #include "gattn/baseline/dense_kv.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Runs `p` (same contract as fused_sdpa: strides, bottom-right causal mask, lse, epilogue) the
 /// unfused way. Memory is O(T_q·T_k) per thread: this is the baseline, not a production path.
@@ -78,4 +78,4 @@ inline void unfused_sdpa(const sdpa_params& p) {
   apply_sdpa_epilogue(p, p.epilogue);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

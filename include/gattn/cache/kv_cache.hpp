@@ -18,7 +18,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/convert.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 namespace detail {
 /// Rounds n rows of `width` floats (row stride `stride`) in place to what a cache of element type
@@ -222,4 +222,4 @@ class kv_cache {
   layer_workspace workspace_;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -35,7 +35,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/convert.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 class paged_kv_cache {
  public:
@@ -341,4 +341,4 @@ class paged_kv_cache {
   detail::pool_mutex mutex_;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -29,7 +29,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/convert.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Caller-owned paged K/V memory and one batch's block tables (see the file comment). Strides are
 /// in elements; a stride of 0 takes the dense default.
@@ -219,4 +219,4 @@ class view_batch {
 };
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

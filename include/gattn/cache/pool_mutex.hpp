@@ -3,8 +3,9 @@
 
 #include <memory>
 #include <mutex>
+#include "gattn/core/arch_namespace.hpp"
 
-namespace gattn::detail {
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 /// A recursive mutex that a copy or move of its owner does not take along: each pool object has a
 /// lock of its own, and the lock's state is never copied. Recursive, so that an engine holding a
@@ -19,4 +20,4 @@ struct pool_mutex {
   std::recursive_mutex& get() const { return *m; }
 };
 
-}  // namespace gattn::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::detail

@@ -8,7 +8,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Non-owning: the cache must outlive every call that uses the handle.
 class sequence_cache {
@@ -55,4 +55,4 @@ class sequence_cache {
   paged_kv_cache::sequence_id id_ = -1;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

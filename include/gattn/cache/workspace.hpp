@@ -8,7 +8,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Scratch a layer reuses across calls, owned by the caller (one per concurrent caller: a call
 /// writes into it), so that decode neither allocates nor touches fresh pages every token (4 KiB
@@ -41,4 +41,4 @@ struct layer_workspace {
   scratch_span workers() { return {worker_scratch.data(), index(worker_scratch.size())}; }
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

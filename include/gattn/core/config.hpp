@@ -26,7 +26,9 @@ inline constexpr index max_size = index(1) << 20;
 inline constexpr index max_values = index(1) << 40;
 }  // namespace limits
 
-namespace detail {
+}  // namespace gattn
+
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 /// a * b as a count of values; throws E naming `what` and both factors when the product overflows
 /// or exceeds limits::max_values (an allocation of that size cannot succeed).
@@ -47,6 +49,11 @@ inline bool is_positive_float(double v) {
 inline bool is_nonnegative_float(double v) { return v >= 0 && v <= double(std::numeric_limits<float>::max()); }
 
 }  // namespace detail
+GATTN_NAMESPACE_END  // namespace gattn
+
+// The configurations stay outside the arch namespace (core/arch_namespace.hpp): plain data that a
+// program may parse in one translation unit and hand to another compiled for a different ISA.
+namespace gattn {
 
 /// Where the gate applies (docs/spec.md §4): G1 SDPA output, G2 value, G3 key, G4 query, G5 o_proj output.
 enum class gate_position { g1, g2, g3, g4, g5 };

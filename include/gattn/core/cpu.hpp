@@ -15,6 +15,8 @@
 #include <cpuid.h>
 #endif
 
+// Outside the arch namespace (core/arch_namespace.hpp): one setting for the whole process, whichever
+// ISA each translation unit of the program was compiled for.
 namespace gattn {
 
 enum class cpu_vendor { amd, intel, other };
@@ -44,26 +46,26 @@ inline const char* cpu_vendor_name(cpu_vendor v) {
 /// How a vendor-dependent kernel choice is made.
 enum class kernel_choice { automatic, always, never };
 
-namespace detail {
+namespace cpu_detail {
 inline std::atomic<kernel_choice> decode_prefetch_choice{kernel_choice::automatic};
 inline std::atomic<kernel_choice> bf16_dot_choice{kernel_choice::automatic};
 inline bool resolve(kernel_choice c, bool automatic) {
   return c == kernel_choice::always || (c == kernel_choice::automatic && automatic);
 }
-}  // namespace detail
+}  // namespace cpu_detail
 
 /// The decode path's software prefetch through the K/V cache. Automatic: everywhere but Intel.
-inline void set_decode_prefetch(kernel_choice c) { detail::decode_prefetch_choice.store(c); }
+inline void set_decode_prefetch(kernel_choice c) { cpu_detail::decode_prefetch_choice.store(c); }
 inline bool decode_prefetch_wanted() {
-  return detail::resolve(detail::decode_prefetch_choice.load(std::memory_order_relaxed),
+  return cpu_detail::resolve(cpu_detail::decode_prefetch_choice.load(std::memory_order_relaxed),
                          this_cpu_vendor() != cpu_vendor::intel);
 }
 
 /// bf16 dot products for `fast` numerics, where the arch has them. Automatic: on AMD only (on
 /// archs without them `fast` runs `exact` whatever this says).
-inline void set_bf16_dot_products(kernel_choice c) { detail::bf16_dot_choice.store(c); }
+inline void set_bf16_dot_products(kernel_choice c) { cpu_detail::bf16_dot_choice.store(c); }
 inline bool bf16_dot_products_wanted() {
-  return detail::resolve(detail::bf16_dot_choice.load(std::memory_order_relaxed), this_cpu_vendor() == cpu_vendor::amd);
+  return cpu_detail::resolve(cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed), this_cpu_vendor() == cpu_vendor::amd);
 }
 
 }  // namespace gattn

@@ -10,7 +10,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/weights.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// One tensor of a delta-rule layer. `shapes` lists the accepted shapes, the checkpoints' own first
 /// (KDA's A_log is stored [1, 1, H, 1] by Kimi's code and [H] by simpler exports). `bias` names the
@@ -170,4 +170,4 @@ inline delta_weight_contract check_delta_weights(const delta_config& c, const we
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -6,6 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "gattn/core/arch_namespace.hpp"
+
+// The exception classes stay outside the arch namespace (core/arch_namespace.hpp): a catch in a
+// translation unit compiled for one ISA catches what code compiled for another throws.
 namespace gattn {
 
 /// Base of every exception gattn throws. Messages name the offending field and its values.
@@ -44,7 +48,9 @@ class format_error : public error {
   using error::error;
 };
 
-namespace detail {
+}  // namespace gattn
+
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 template <class... Parts>
 std::string concat(Parts&&... parts) {
@@ -60,4 +66,4 @@ void require(bool ok, Parts&&... parts) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -23,7 +23,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 class execution_context {
  public:
@@ -117,4 +117,4 @@ void on_this_thread(F&& f) {
 #endif
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -15,9 +15,10 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#include "gattn/core/arch_namespace.hpp"
 #endif
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Bytes of one transparent huge page on x86-64 and AArch64 Linux (4 KiB granule).
 inline constexpr std::size_t huge_page_bytes = std::size_t(2) << 20;
@@ -65,4 +66,4 @@ struct streamed_allocator {
 template <class T>
 using streamed_vector = std::vector<T, streamed_allocator<T>>;
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -9,7 +9,7 @@
 
 #include "gattn/core/config.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// YaRN magnitude correction m(s, a): 1 for s <= 1, else 0.1·a·ln s + 1.
 inline double yarn_mscale(double scale, double a = 1.0) {
@@ -82,4 +82,4 @@ inline rope_frequencies make_rope_frequencies(const rope_config& c) {
   return f;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

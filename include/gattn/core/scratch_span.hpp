@@ -10,7 +10,7 @@
 #include "gattn/core/execution.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// `size` floats at `data`, owned by the caller and lent to one call: the call writes them and
 /// leaves nothing meaningful behind. A call given less than it needs (or nothing) allocates for
@@ -89,4 +89,4 @@ void for_each_task(const execution_context& exec, index n, index workers, F&& bo
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

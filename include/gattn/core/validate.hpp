@@ -10,7 +10,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/rope_frequencies.hpp"  // derived values are checked where they are computed
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -222,4 +222,4 @@ inline void check_call_rows(const char* who, index rows, index cached, index per
 
 }  // namespace detail
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -15,7 +15,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// One dense row-major fp32 tensor (the owning form tests and small models build weights in).
 struct tensor {
@@ -204,4 +204,4 @@ class weight_map {
   std::map<std::string, weight_view> views_;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

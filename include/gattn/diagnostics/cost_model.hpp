@@ -16,7 +16,7 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/gate/shape.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (docs/spec.md §10).
 inline constexpr std::int64_t bytes_per_value(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
@@ -483,4 +483,4 @@ inline std::string format_model_summary(const std::vector<std::pair<layer_cost, 
   return out.str();
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

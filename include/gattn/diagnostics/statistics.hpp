@@ -12,7 +12,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// docs/spec.md §6 statistics of one layer on one input. Optional members are absent when they do not
 /// apply (no gate; or not a G1 `mul` gate without output norm for the sparsity fractions).
@@ -221,4 +221,4 @@ inline layer_statistics compute_statistics(const statistics_arrays& a) {
   return obs.result();
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

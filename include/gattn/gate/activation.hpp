@@ -9,7 +9,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn::act {
+GATTN_NAMESPACE_BEGIN namespace act {
 
 // Shared idea: never evaluate exp(+large). With a = -|u| <= 0, e = exp(a) in [0, 1]:
 //   σ(u) = 1/(1+e) for u >= 0, e/(1+e) for u < 0.
@@ -87,4 +87,4 @@ inline float apply(activation a, float u) {
   return visit(a, [u](auto fn) { return fn(u); });
 }
 
-}  // namespace gattn::act
+}  GATTN_NAMESPACE_END  // namespace gattn::act

@@ -11,7 +11,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// z ⊙ act(u) or z + act(u) on one batch.
@@ -60,4 +60,4 @@ inline void apply_head_gate(float* z, const float* u, index n, bool headwise, ac
   }
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -7,7 +7,7 @@
 #include "gattn/gate/shape.hpp"
 #include "gattn/simd/arch.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Scores u of one chunk: u(t, h, k) = data[t·token_stride + h·head_stride + k].
 struct gate_scores {
@@ -56,4 +56,4 @@ void activated_gate_values(float* out, index tokens, const gate_shape& s, const 
     }
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

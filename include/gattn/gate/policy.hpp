@@ -9,7 +9,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A gate fixed at compile time. Example: Qwen3-Next's
 /// `gate<gate_position::g1, granularity::elementwise, activation::sigmoid, combine::mul, gate_source::fused_q>`.
@@ -90,4 +90,4 @@ Config with_gate(Config cfg) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -20,7 +20,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/convert.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// σ(u) as PyTorch evaluates it for a bf16 tensor on a CPU, before the result is rounded to bf16.
 inline float pytorch_sigmoid_fp32(float u) noexcept {
@@ -77,4 +77,4 @@ inline void apply_gate_scalar_bf16(float* z, index n, float u) {
   for (; i < n; ++i) z[i] = gate_product_bf16(z[i], g);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -4,7 +4,7 @@
 
 #include "gattn/core/config.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Shape of a gate: `heads` groups of `width` target channels, `per_head` scores each
 /// (width when elementwise, 1 when headwise).
@@ -34,4 +34,4 @@ inline gate_shape shape_of_gate(const mla_config& c) {
   return {c.heads, c.v_head_dim, c.gate.granularity == granularity::elementwise ? c.v_head_dim : 1};
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

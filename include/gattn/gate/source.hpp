@@ -10,7 +10,7 @@
 #include "gattn/gate/shape.hpp"
 #include "gattn/linalg/linear_map.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// The scores u of `tokens` rows. `raw` points at the scores (separate, fused_q) or at the g_a
 /// output (low_rank) inside the layer's projection buffer, `raw_stride` apart; `gate_b` is the
@@ -34,4 +34,4 @@ inline gate_scores resolve_gate_scores(const gate_config& g, const gate_shape& s
   return u;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

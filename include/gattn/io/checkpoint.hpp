@@ -22,7 +22,7 @@
 #include "gattn/io/json_guard.hpp"
 #include "gattn/io/safetensors.hpp"
 
-namespace gattn::io {
+GATTN_NAMESPACE_BEGIN namespace io {
 
 namespace detail {
 
@@ -313,4 +313,4 @@ class checkpoint {
   }
 };
 
-}  // namespace gattn::io
+}  GATTN_NAMESPACE_END  // namespace gattn::io

@@ -12,7 +12,7 @@
 #include "gattn/io/hf_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn::io {
+GATTN_NAMESPACE_BEGIN namespace io {
 
 namespace detail {
 
@@ -79,4 +79,4 @@ inline layer_config load_layer_config(const std::string& path, index layer = -1)
   }
 }
 
-}  // namespace gattn::io
+}  GATTN_NAMESPACE_END  // namespace gattn::io

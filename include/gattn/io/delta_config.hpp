@@ -9,23 +9,32 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn::io::detail {
+GATTN_NAMESPACE_BEGIN namespace io::detail {
 
-inline const std::vector<const char*> delta_common_keys = {"attention",     "hidden_size",    "num_key_heads",
-                                                           "num_value_heads", "key_head_dim", "value_head_dim",
-                                                           "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype"};
+inline const std::vector<const char*>& delta_common_keys() {
+  static const std::vector<const char*> keys = {"attention",     "hidden_size",    "num_key_heads",
+                                                "num_value_heads", "key_head_dim", "value_head_dim",
+                                                "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype"};
+  return keys;
+}
 /// Keys only a KDA layer reads; in a gated_deltanet config they are refused as such.
-inline const std::vector<const char*> kda_only_keys = {"decay", "decay_lower_bound", "gate"};
+inline const std::vector<const char*>& kda_only_keys() {
+  static const std::vector<const char*> keys = {"decay", "decay_lower_bound", "gate"};
+  return keys;
+}
 /// Keys of the softmax attention layers (docs/spec.md §9) that a delta-rule layer does not read.
-inline const std::vector<const char*> softmax_only_keys = {
+inline const std::vector<const char*>& softmax_only_keys() {
+  static const std::vector<const char*> keys = {
     "num_attention_heads", "num_key_value_heads", "head_dim",      "qk_norm",         "output_norm",
     "partial_rotary_factor", "rope_theta",      "rope_style",      "rope_scaling",    "causal",
     "attention_bias",      "attention_scale",   "sliding_window",  "kv_numerics",     "qk_nope_head_dim",
     "qk_rope_head_dim",    "v_head_dim",        "kv_lora_rank",    "q_lora_rank"};
+  return keys;
+}
 
 inline std::vector<const char*> delta_keys(delta_kind kind) {
-  std::vector<const char*> keys = delta_common_keys;
-  if (kind == delta_kind::kda) keys.insert(keys.end(), kda_only_keys.begin(), kda_only_keys.end());
+  std::vector<const char*> keys = delta_common_keys();
+  if (kind == delta_kind::kda) keys.insert(keys.end(), kda_only_keys().begin(), kda_only_keys().end());
   return keys;
 }
 
@@ -85,11 +94,11 @@ inline delta_config parse_delta_config(const nlohmann::json& j) {
   delta_config c;
   c.kind = get_enum(j, "attention", w, {delta_kind::gated_deltanet, delta_kind::kda}, delta_kind::gated_deltanet);
   if (c.kind == delta_kind::gated_deltanet)
-    for (const char* key : kda_only_keys)
+    for (const char* key : kda_only_keys())
       gattn::detail::require<config_error>(!j.contains(key), w, ": '", key,
                                            "' is a KDA key; a gated_deltanet layer's decay and output gate are "
                                            "fixed (docs/spec.md §13)");
-  refuse_unknown_keys(j, w, delta_keys(c.kind), softmax_only_keys,
+  refuse_unknown_keys(j, w, delta_keys(c.kind), softmax_only_keys(),
                       "is a key of the softmax attention layers (gqa, mla), not of a delta-rule layer");
   check_delta_state_dtype(j, w);
   c.hidden = get_index(j, "hidden_size", w);
@@ -104,4 +113,4 @@ inline delta_config parse_delta_config(const nlohmann::json& j) {
   return c;
 }
 
-}  // namespace gattn::io::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::io::detail

@@ -19,7 +19,7 @@
 
 #include "gattn/core/error.hpp"
 
-namespace gattn::io::detail {
+GATTN_NAMESPACE_BEGIN namespace io::detail {
 
 /// The bytes of a file, shared: the last owner unmaps (or frees) them.
 struct shared_bytes {
@@ -234,4 +234,4 @@ inline void write_file_replacing(const std::string& path, const void* data, std:
   sync_directory(target);
 }
 
-}  // namespace gattn::io::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::io::detail

@@ -13,15 +13,21 @@
 #include "gattn/io/delta_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace io {
 namespace detail {
 
 /// docs/spec.md §9's keys: common to both families, then each family's own.
-inline const std::vector<const char*> gqa_only_keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
-                                                       "partial_rotary_factor"};
-inline const std::vector<const char*> mla_only_keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                                                       "kv_lora_rank", "q_lora_rank"};
+inline const std::vector<const char*>& gqa_only_keys() {
+  static const std::vector<const char*> keys = {"num_key_value_heads", "head_dim", "qk_norm", "output_norm",
+                                                "partial_rotary_factor"};
+  return keys;
+}
+inline const std::vector<const char*>& mla_only_keys() {
+  static const std::vector<const char*> keys = {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                                                "kv_lora_rank", "q_lora_rank"};
+  return keys;
+}
 inline std::vector<const char*> with_common_keys(const std::vector<const char*>& own) {
   std::vector<const char*> keys = {"attention",    "hidden_size",    "num_attention_heads", "rms_norm_eps",
                                    "rope_theta",   "rope_style",     "rope_scaling",        "causal",
@@ -30,8 +36,14 @@ inline std::vector<const char*> with_common_keys(const std::vector<const char*>&
   keys.insert(keys.end(), own.begin(), own.end());
   return keys;
 }
-inline const std::vector<const char*> gqa_keys = with_common_keys(gqa_only_keys);
-inline const std::vector<const char*> mla_keys = with_common_keys(mla_only_keys);
+inline const std::vector<const char*>& gqa_keys() {
+  static const std::vector<const char*> keys = with_common_keys(gqa_only_keys());
+  return keys;
+}
+inline const std::vector<const char*>& mla_keys() {
+  static const std::vector<const char*> keys = with_common_keys(mla_only_keys());
+  return keys;
+}
 
 inline norm_kind parse_norm(const std::string& s, const char* key) {
   if (s.empty() || s == "none") return norm_kind::none;
@@ -123,7 +135,7 @@ namespace detail {
 
 /// Refuses keys no gattn config of attention family `kind` has (also inside `rope_scaling`).
 inline void refuse_unknown_gattn_keys(const nlohmann::json& j, const std::string& w, const std::string& kind) {
-  refuse_unknown_keys(j, w, kind == "mla" ? mla_keys : gqa_keys, kind == "mla" ? gqa_only_keys : mla_only_keys,
+  refuse_unknown_keys(j, w, kind == "mla" ? mla_keys() : gqa_keys(), kind == "mla" ? gqa_only_keys() : mla_only_keys(),
                       kind == "mla" ? "is a GQA key, not part of the MLA layer"
                                     : "is an MLA key, not part of a GQA layer (MLA needs \"attention\": \"mla\")");
   if (has(j, "rope_scaling") && j.at("rope_scaling").is_object())
@@ -223,4 +235,4 @@ inline layer_config parse_gattn_config(const nlohmann::json& j) {
 }
 
 }  // namespace io
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -14,7 +14,7 @@
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/json_fields.hpp"
 
-namespace gattn::io {
+GATTN_NAMESPACE_BEGIN namespace io {
 namespace detail {
 
 /// The model types docs/spec.md §8 maps, as listed in error messages.
@@ -550,4 +550,4 @@ inline index first_attention_layer(const nlohmann::json& j) {
   return detail::hf_first_attention_layer(j, detail::hf_family_of(j), w);
 }
 
-}  // namespace gattn::io
+}  GATTN_NAMESPACE_END  // namespace gattn::io

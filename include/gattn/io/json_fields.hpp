@@ -15,7 +15,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/io/json_guard.hpp"
 
-namespace gattn::io::detail {
+GATTN_NAMESPACE_BEGIN namespace io::detail {
 
 using nlohmann::json;
 
@@ -175,4 +175,4 @@ Enum get_enum(const json& obj, const char* key, const std::string& where, std::i
   throw config_error(gattn::detail::concat(where, ": '", key, "'=\"", s, "\" must be ", enum_names(values)));
 }
 
-}  // namespace gattn::io::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::io::detail

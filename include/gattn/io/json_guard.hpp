@@ -10,8 +10,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include "gattn/core/arch_namespace.hpp"
 
-namespace gattn::io::detail {
+GATTN_NAMESPACE_BEGIN namespace io::detail {
 
 /// What json_guard found: nothing (ok), nesting past the limit, a duplicate key, or text that is
 /// not JSON. For a duplicate, `key` is the repeated key and `path` the keys of the objects that
@@ -126,4 +127,4 @@ class json_guard {
   json_guard_result result_;
 };
 
-}  // namespace gattn::io::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::io::detail

@@ -12,7 +12,7 @@
 #include "gattn/io/checkpoint.hpp"
 #include "gattn/io/safetensors.hpp"
 
-namespace gattn::io {
+GATTN_NAMESPACE_BEGIN namespace io {
 
 namespace detail {
 
@@ -158,4 +158,4 @@ inline weight_report load_report(const weight_map& w) {
   return r;
 }
 
-}  // namespace gattn::io
+}  GATTN_NAMESPACE_END  // namespace gattn::io

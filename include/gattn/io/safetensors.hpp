@@ -31,7 +31,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gattn::io::safetensors
 static_assert(std::numeric_limits<float>::is_iec559 && std::numeric_limits<double>::is_iec559,
               "gattn::io::safetensors assumes IEEE 754 float and double");
 
-namespace gattn::io {
+GATTN_NAMESPACE_BEGIN namespace io {
 
 /// Element types a safetensors file may declare. Sub-byte types (F4, F6_*) and F8_E8M0 are not
 /// supported: a file that uses them is refused as having an unknown dtype.
@@ -578,4 +578,4 @@ inline void write_safetensors(const std::string& path, const std::vector<tensor_
   detail::write_file_replacing(path, bytes.data(), bytes.size(), gattn::detail::concat("safetensors '", path, "'"));
 }
 
-}  // namespace gattn::io
+}  GATTN_NAMESPACE_END  // namespace gattn::io

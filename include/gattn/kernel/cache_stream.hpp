@@ -7,7 +7,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/simd/prefetch.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// The K or V cache as the kernel reads it: for token t and head h, a slice of d elements (fp32,
@@ -176,4 +176,4 @@ struct cache_stream {
 };
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

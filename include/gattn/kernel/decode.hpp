@@ -28,7 +28,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 // ---- Decode path (few queries, long caches) ----------------------------------------------------
@@ -492,4 +492,4 @@ inline void decode_sdpa(const sdpa_params& p, const execution_context& exec) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -12,7 +12,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// True when the decode path reads p's cache with bf16 dot products on Arch: a bf16 cache with
@@ -67,4 +67,4 @@ inline void bf16_dot_pv_rows(index R, const std::uint16_t* p, index ldp, index n
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

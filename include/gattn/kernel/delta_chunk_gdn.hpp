@@ -16,7 +16,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Scales A's row j by −β_j·exp(G_j − G_i) (i < j) and B's by scale·exp(G_j − G_i) (i ≤ j), in whole
@@ -71,4 +71,4 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -21,7 +21,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// A row whose decay from its sub-block start is below this in some channel takes the direct diagonal
@@ -221,4 +221,4 @@ inline void delta_chunk_kda(const delta_params& p, index h, index t0, index L, d
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -8,7 +8,7 @@
 #include "gattn/kernel/delta_params.hpp"
 #include "gattn/simd/prefetch.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Tokens per chunk (C) and per sub-block of the per-channel decay's anchoring. The dense products
@@ -104,4 +104,4 @@ inline void delta_prefetch_ahead(const delta_params& p, index h, index t0, index
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

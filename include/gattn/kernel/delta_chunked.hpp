@@ -18,7 +18,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// u_t = β_t (v_t − u_t) over L rows of d_v.
@@ -64,4 +64,4 @@ inline void delta_chunked(const delta_params& p, index h, index t0, index t1, fl
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -10,7 +10,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Register blocks of the delta-rule products: mr rows × nv vectors of accumulators, plus nv loaded
@@ -284,4 +284,4 @@ inline void delta_solve(index rows, index cols, const float* l, index ldl, float
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -5,7 +5,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// One sequence's delta-rule problem over `tokens` new tokens, all value heads (fp32 views).
 /// Element (t, head, c) of q/k is at q[t·q_stride + head·d_k + c]; of v at v[t·v_stride + h·d_v + c];
@@ -51,4 +51,4 @@ inline void validate(const delta_params& p) {
 inline index delta_key_head(const delta_params& p, index h) { return h / (p.value_heads / p.key_heads); }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

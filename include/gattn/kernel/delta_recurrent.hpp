@@ -18,7 +18,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Tokens whose decay and k·q the recurrent form prepares at once.
@@ -178,4 +178,4 @@ inline void delta_recurrent(const delta_params& p, index h, index t0, index t1, 
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

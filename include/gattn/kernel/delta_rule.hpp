@@ -18,7 +18,7 @@
 #include "gattn/kernel/delta_recurrent.hpp"
 #include "gattn/simd/arch.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// delta_form::automatic runs calls (and a call's last partial chunk) shorter than this in the
 /// recurrent form and the rest in chunks. Measured with `gattn_bench --benchmark_filter=delta/short`
@@ -65,4 +65,4 @@ inline void delta_rule(const delta_params& p, delta_form form, const execution_c
   });
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

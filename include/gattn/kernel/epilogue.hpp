@@ -14,7 +14,7 @@
 #include "gattn/simd/prefetch.hpp"
 #include "gattn/simd/vector_ops.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// The epilogue on output row o (d_v values) of query i, head h, in place: RMSNorm, then gate.
@@ -61,4 +61,4 @@ inline void apply_sdpa_epilogue(const sdpa_params& p, const sdpa_epilogue& e) {
       detail::epilogue_row<default_arch>(e, p.out + t * p.out_token_stride + h * p.out_head_stride, p.d_v, t, h);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -55,7 +55,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Fused scaled-dot-product attention with the output norm and gate in the epilogue.
 /// Validates shapes (throws gattn::shape_error naming the field), allocates nothing when
@@ -288,4 +288,4 @@ void fused_sdpa_batch(const sdpa_params* problems, index count, const execution_
   }
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

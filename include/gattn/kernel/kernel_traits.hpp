@@ -7,7 +7,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Tile sizes for Arch. Accumulator blocks: qk_mr x qk_nv and pv_mr x pv_nv batches live in
 /// registers, plus one row of operands: 24 + 4 + 1 of 32 registers for 16-lane archs (AVX-512),
@@ -34,4 +34,4 @@ struct kernel_traits {
 /// key block of D1 (32 tokens x 4 KiB), well inside L2. 32-128 KiB measured alike on D1 here.
 inline constexpr index decode_prefetch_bytes = index(128) << 10;
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -12,7 +12,7 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Sᵀ[j][v·W..] = Σ_c K[j][c] · Qt[c][v·W..] for MR keys × NV row vectors.
@@ -117,4 +117,4 @@ inline void pv_dispatch(int mr, int nv, const float* p, index ldp, index nk, con
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -10,7 +10,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Running softmax statistics of a batch of rows (one lane per row). O itself lives with the
 /// caller; this state says how to rescale it.
@@ -96,4 +96,4 @@ inline void merge_splits(const float* part, index stride, index splits, index dv
   l_out = l;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

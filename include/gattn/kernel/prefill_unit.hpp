@@ -19,7 +19,7 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// The stored K and V of p as elements of storage type S.
@@ -239,4 +239,4 @@ inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -17,7 +17,7 @@
 #include "gattn/simd/simd.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Per-thread scratch of one work unit, one block (64-byte aligned); layout in floats:
@@ -124,4 +124,4 @@ inline void static_switch(int n, F&& f) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

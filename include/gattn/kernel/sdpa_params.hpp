@@ -10,7 +10,7 @@
 #include "gattn/core/scratch_span.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 /// Per-output-row epilogue, applied after O /= l and before the single store.
 struct sdpa_epilogue {
   norm_kind out_norm = norm_kind::none;  ///< per-head RMSNorm over d_v (weight size d_v; nullptr = 1)
@@ -139,4 +139,4 @@ inline void validate(const sdpa_params& p) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -14,7 +14,7 @@
 #include "gattn/simd/prefetch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn::detail {
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 // ---- the small GEMM (batched decode: 3 to ~64 rows of x) ----------------------------------------
 //
@@ -321,4 +321,4 @@ void gemm_cols(storage_type t, const void* w, index stride, index k_count, index
   }
 }
 
-}  // namespace gattn::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::detail

@@ -7,7 +7,7 @@
 #include "gattn/linalg/weight_rows.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn::detail {
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 /// gemv_rows for fp32 weights: four rows share each load of x; two vectors per row keep enough
 /// FMA chains in flight for a memory-bound loop.
@@ -94,4 +94,4 @@ void gemv_rows(storage_type t, const void* w, index stride, index count, const f
   }
 }
 
-}  // namespace gattn::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::detail

@@ -17,7 +17,7 @@
 #include "gattn/linalg/weight_rows.hpp"
 #include "gattn/simd/arch.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
@@ -266,4 +266,4 @@ class transposed_map {
 /// A linear_map over all rows of `w` ([out, in]) with the optional bias `b` ([out]).
 inline linear_map make_linear(const weight_view& w, const weight_view* b) { return linear_map(w, b); }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -12,7 +12,7 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn::detail {
+GATTN_NAMESPACE_BEGIN namespace detail {
 
 /// One vector of weights at p (a row of dtype S), widened to fp32.
 template <class Arch, storage_type S>
@@ -71,4 +71,4 @@ void widen_rows(storage_type t, const void* w, index stride, index count, index 
   }
 }
 
-}  // namespace gattn::detail
+}  GATTN_NAMESPACE_END  // namespace gattn::detail

@@ -19,7 +19,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/parallel/communicator.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// An MPI error, with MPI's own description of it.
 class mpi_error : public error {
@@ -101,4 +101,4 @@ class mpi_communicator final : public communicator {
   int rank_ = 0, size_ = 1;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -6,7 +6,7 @@
 
 #include "gattn/core/types.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A group of P ranks. Every collective call must be made by every rank, in the same order, with
 /// the same counts (as in MPI). Implementations: single_rank_communicator (below),
@@ -38,4 +38,4 @@ class single_rank_communicator final : public communicator {
   void barrier() override {}
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

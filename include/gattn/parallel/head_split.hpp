@@ -5,7 +5,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/validate.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Rank `rank` of `ranks`: its query heads [q_first, q_first + q_count) and the KV heads
 /// [kv_first, kv_first + kv_count) they read (a slice when P divides H_kv, one replicated head
@@ -98,4 +98,4 @@ inline delta_config shard_config(const delta_config& c, const head_split& s) {
   return local;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -14,7 +14,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/parallel/communicator.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Thrown in the ranks still waiting in a collective when another rank of the group has failed,
 /// so that a failure never leaves the others waiting forever.
@@ -130,4 +130,4 @@ class in_process_group {
   bool aborted_ = false;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -12,7 +12,7 @@
 #include "gattn/parallel/head_split.hpp"
 #include "gattn/parallel/slice.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 namespace detail {
 
@@ -240,4 +240,4 @@ inline weight_map shard_weights(const delta_config& c, const weight_map& w, cons
   return out;
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

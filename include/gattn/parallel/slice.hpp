@@ -11,7 +11,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/weights.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// A run of consecutive rows [first, first + count).
 struct row_run {
@@ -50,4 +50,4 @@ inline weight_view slice_cols(const weight_view& t, index first, index count) {
   return t.col_range(first, count);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

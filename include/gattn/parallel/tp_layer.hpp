@@ -12,7 +12,7 @@
 #include "gattn/parallel/head_split.hpp"
 #include "gattn/parallel/shard_weights.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 /// Rank comm.rank() of a tensor-parallel layer. Built from the full config and weights (of which
 /// it reads only its own slices); every rank must make the same calls in the same order, since
@@ -152,4 +152,4 @@ class tp_layer {
   linear_map g5_in_, g5_b_;
 };
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

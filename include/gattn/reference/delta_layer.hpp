@@ -10,7 +10,7 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/reference/layer_ops.hpp"
 
-namespace gattn::reference {
+GATTN_NAMESPACE_BEGIN namespace reference {
 
 /// Everything the vectors carry, in double: y [T, d]; o (the delta-rule output, before the output
 /// norm) and gated (what enters the output projection), both [T, H_v·D_v]; state, S after the last
@@ -243,4 +243,4 @@ inline delta_result delta_layer_forward(const delta_config& c, const weight_map&
   return r;
 }
 
-}  // namespace gattn::reference
+}  GATTN_NAMESPACE_END  // namespace gattn::reference

@@ -7,7 +7,7 @@
 #include "gattn/reference/layer_ops.hpp"
 #include "gattn/reference/sdpa.hpp"
 
-namespace gattn::reference {
+GATTN_NAMESPACE_BEGIN namespace reference {
 
 /// Everything the vectors carry, in double: y [T, d], sdpa and gated [T, H_q·D], probs_first
 /// [H_q, T], and the activated gate (empty without a gate).
@@ -154,4 +154,4 @@ inline layer_result gqa_forward(const gqa_config& c, const weight_map& w, const 
   return r;
 }
 
-}  // namespace gattn::reference
+}  GATTN_NAMESPACE_END  // namespace gattn::reference

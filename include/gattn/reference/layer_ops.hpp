@@ -9,7 +9,7 @@
 #include "gattn/core/config.hpp"
 #include "gattn/core/weights.hpp"
 
-namespace gattn::reference {
+GATTN_NAMESPACE_BEGIN namespace reference {
 
 using dmatrix = std::vector<double>;  // row-major, shape carried by the caller
 
@@ -125,4 +125,4 @@ inline void apply_gate(double* target, const dmatrix& gate, index T, index heads
       }
 }
 
-}  // namespace gattn::reference
+}  GATTN_NAMESPACE_END  // namespace gattn::reference

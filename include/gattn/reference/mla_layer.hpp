@@ -8,7 +8,7 @@
 #include "gattn/reference/layer_ops.hpp"
 #include "gattn/reference/sdpa.hpp"
 
-namespace gattn::reference {
+GATTN_NAMESPACE_BEGIN namespace reference {
 
 /// Step 1 of docs/spec.md §3: the query [T, H·(d_nope + d_rope)], through the low-rank
 /// q_a -> norm -> q_b path when q_lora_rank > 0.
@@ -93,4 +93,4 @@ inline layer_result mla_forward(const mla_config& c, const weight_map& w, const 
   return r;
 }
 
-}  // namespace gattn::reference
+}  GATTN_NAMESPACE_END  // namespace gattn::reference

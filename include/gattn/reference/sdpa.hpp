@@ -10,7 +10,7 @@
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
-namespace gattn::reference {
+GATTN_NAMESPACE_BEGIN namespace reference {
 
 /// Shapes of one attention problem. q is [t_q, q_heads, d_qk], k is [t_k, kv_heads, d_qk],
 /// v is [t_k, kv_heads, d_v], out is [t_q, q_heads, d_v]; all dense, row-major.
@@ -71,4 +71,4 @@ void sdpa(const sdpa_shape& s, const Q* q, const K* k, const V* v, double* out,
   }
 }
 
-}  // namespace gattn::reference
+}  GATTN_NAMESPACE_END  // namespace gattn::reference

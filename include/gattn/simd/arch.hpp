@@ -7,7 +7,9 @@
 
 #include <xsimd/xsimd.hpp>
 
-namespace gattn {
+#include "gattn/core/arch_namespace.hpp"
+
+GATTN_NAMESPACE_BEGIN
 
 /// gattn's own one-lane arch: xsimd 8.1 has no scalar batch, so simd.hpp maps this tag to a tiny
 /// struct. Used when GATTN_FORCE_SCALAR is defined (GATTN_SIMD=scalar) or xsimd finds no arch.
@@ -39,6 +41,10 @@ using default_arch_impl = std::conditional_t<std::is_same<xsimd::default_arch, x
 /// The arch every kernel uses unless told otherwise.
 using default_arch = detail::default_arch_impl;
 
+// The arch namespace's name must change whenever the default arch does (core/arch_namespace.hpp).
+static_assert(std::is_same<default_arch, GATTN_ARCH_XSIMD_TAG>::value,
+              "core/arch_namespace.hpp names another arch than xsimd's default: update its table");
+
 /// Human-readable name of an arch ("avx512bw", "fma3+avx2", "neon64", "scalar", ...).
 template <class Arch>
 inline std::string arch_name() {
@@ -50,4 +56,4 @@ inline std::string default_arch_name() { return arch_name<default_arch>(); }
 template <class Arch>
 inline constexpr bool is_xsimd_arch_v = !std::is_same<Arch, scalar_arch>::value;
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

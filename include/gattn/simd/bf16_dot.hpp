@@ -13,7 +13,7 @@
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn::simd {
+GATTN_NAMESPACE_BEGIN namespace simd {
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 /// True when Arch can run the bf16 dot-product kernels below.
@@ -178,4 +178,4 @@ void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim, 
                  index nch, float* o, index ldo, const float* alpha);
 #endif
 
-}  // namespace gattn::simd
+}  GATTN_NAMESPACE_END  // namespace gattn::simd

@@ -20,7 +20,7 @@
 #include <arm_neon.h>
 #endif
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 
 namespace detail {
 inline std::uint32_t float_bits(float f) noexcept {
@@ -107,9 +107,9 @@ inline float widen(storage_element_t<S> x) noexcept {
 /// False when an f16 cache must refuse `v` (|v| > 65504, ±inf). NaN is stored (it stays NaN).
 inline bool f16_in_range(float v) noexcept { return !(std::fabs(v) > f16_max); }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn
 
-namespace gattn::simd {
+GATTN_NAMESPACE_BEGIN namespace simd {
 
 namespace detail {
 
@@ -421,4 +421,4 @@ inline index find_f16_out_of_range(const float* x, index n) noexcept {
   return n;
 }
 
-}  // namespace gattn::simd
+}  GATTN_NAMESPACE_END  // namespace gattn::simd

@@ -1,7 +1,9 @@
 // Software prefetch that the compiler keeps: one cache line into L2 or L1.
 #pragma once
 
-namespace gattn {
+#include "gattn/core/arch_namespace.hpp"
+
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Prefetches the line holding `p` into L2. Inline asm, because GCC deletes a loop whose body is
@@ -29,4 +31,4 @@ inline void prefetch_l1(const void* p) {
 }
 
 }  // namespace detail
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn

@@ -11,7 +11,7 @@
 
 #include "gattn/simd/arch.hpp"
 
-namespace gattn::simd {
+GATTN_NAMESPACE_BEGIN namespace simd {
 
 /// One-lane "batch" for gattn::scalar_arch (xsimd 8.1 has none).
 template <class T>
@@ -242,4 +242,4 @@ inline B exp_nonpositive(const B& x) noexcept {
   }
 }
 
-}  // namespace gattn::simd
+}  GATTN_NAMESPACE_END  // namespace gattn::simd

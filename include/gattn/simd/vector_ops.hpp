@@ -10,7 +10,7 @@
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
 
-namespace gattn {
+GATTN_NAMESPACE_BEGIN
 namespace detail {
 
 /// Applies `f(B)` to a float array in place, vector body then one-lane tail.
@@ -81,4 +81,4 @@ inline void rms_norm(float* z, const float* w, index n, float eps, norm_kind kin
   rms_norm<Arch>(z, w, n, eps, kind == norm_kind::rms_zero_centered);
 }
 
-}  // namespace gattn
+GATTN_NAMESPACE_END  // namespace gattn
