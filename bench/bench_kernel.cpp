@@ -1,7 +1,8 @@
 // Benchmarks of the fused SDPA-then-gate kernel (docs/performance.md contract): kernel/<shape>/<variant>/t:<n>
 // for P1, P2, D1, M1 and the S-sweep, variants plain / g1_elementwise / g1_headwise / unfused (the
 // tuned unfused Eigen baseline with an elementwise sigmoid gate), and the machine limits
-// limits/gemm/t:<n> (Eigen GEMM), limits/read/t:<n> (read bandwidth over 2 GiB) and
+// limits/gemm/t:<n> (Eigen GEMM), limits/read/t:<n> (read bandwidth over 2 GiB), limits/update/t:<n>
+// (read-modify-write in place over 2 GiB, bytes read + written) and
 // limits/fma/t:<n> (the FMA peak of register-only chains), and limits/D1_floor/{f32,bf16}/t:<n> and
 // limits/D1hot_floor/{f32,bf16}/t:1 (D1's cache reads and FMAs alone, cold and hot: bm_decode_floor).
 // M1 (MLA absorbed decode): one latent KV head of d_qk = 576 (512 + 64 rope) per token, v = the
@@ -254,6 +255,37 @@ void bm_read(benchmark::State& st, int threads) {
   st.counters["GBps"] = benchmark::Counter(double(n) * 4.0 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// Read-modify-write bandwidth: every float of 2 GiB read, scaled and written back in place, as a
+/// decode step of the delta-rule layers treats its states (decay and rank-1 update, one pass).
+/// GBps counts the bytes read plus the bytes written: the limit for delta/BD32's state traffic,
+/// which limits/read (reads only) overstates, since written lines go back to memory as well.
+void bm_update(benchmark::State& st, int threads) {
+  const std::size_t n = std::size_t(2) << 30 >> 2;
+  static gattn::streamed_vector<float> buf;
+  if (buf.size() != n) buf.assign(n, 1.0f);
+  for (auto _ : st) {
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+      const std::size_t nt = std::size_t(omp_get_num_threads()), id = std::size_t(omp_get_thread_num());
+#else
+      const std::size_t nt = 1, id = 0;
+#endif
+      using B = gattn::simd::batch<float, gattn::default_arch>;
+      constexpr std::size_t W = B::size;
+      const std::size_t chunk = (n / nt) / (4 * W) * (4 * W);
+      float* p = buf.data() + id * chunk;
+      const B decay(0.999f), add(1e-3f);
+      for (std::size_t i = 0; i < chunk; i += 4 * W)
+        for (std::size_t j = 0; j < 4 * W; j += W)
+          gattn::simd::store(p + i + j, gattn::simd::fma(gattn::simd::load<gattn::default_arch>(p + i + j), decay, add));
+    }
+    benchmark::DoNotOptimize(buf.data());
+    benchmark::ClobberMemory();
+  }
+  st.counters["GBps"] = benchmark::Counter(double(n) * 8.0 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 /// The floor under any exact decode kernel of `s` (a GQA decode shape) with its cache stored as S:
 /// the K and V caches read once in address order (key block by key block, K then V, as the kernel
 /// does; no software prefetch, so the hardware prefetchers see the best order there is) with the
@@ -346,6 +378,8 @@ int register_all() {
     benchmark::RegisterBenchmark(("limits/read/t:" + std::to_string(t)).c_str(), bm_read, t)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("limits/fma/t:" + std::to_string(t)).c_str(), bm_fma, t)
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("limits/update/t:" + std::to_string(t)).c_str(), bm_update, t)
         ->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   for (const shape& s : k_shapes)
