@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/scratch_span.hpp"
@@ -229,7 +230,7 @@ class linear_map {
   /// slot.
   void large_gemm(const float* x, index rows, index x_stride, float* y, index y_stride, const execution_context& team,
                   index workers, const detail::worker_scratch& sc, gemm_numerics numerics) const {
-    const bool fast = numerics == gemm_numerics::fast;
+    const bool fast = numerics == gemm_numerics::fast, dot_products = fast && bf16_dot_products_wanted();
     auto* xp16 = reinterpret_cast<std::uint16_t*>(sc.shared);
     for (index m0 = 0; m0 < rows; m0 += detail::pgemm_chunk) {
       const index m = std::min(detail::pgemm_chunk, rows - m0);
@@ -242,7 +243,7 @@ class linear_map {
         const index stride = wv.row_stride() * storage_bytes(wv.type());
         if (fast)
           detail::packed_gemm_fast_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, xp16, m, in_,
-                                                      yt + tile_out(t), y_stride, sc.slot(w));
+                                                      yt + tile_out(t), y_stride, sc.slot(w), dot_products);
         else
           detail::packed_gemm_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, sc.shared, m, in_,
                                                  yt + tile_out(t), y_stride, sc.slot(w));

@@ -192,16 +192,27 @@ void pgemm_fast_tile(const unsigned char* w, index stride, index count, const st
   pgemm_store_y(ct, count, rows, y, y_stride);
 }
 
-/// pgemm_fast_tile for a runtime storage type (Arch's default engine).
+/// pgemm_fast_tile for a runtime storage type and engine.
+template <class Arch, bool Native>
+void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride, index count, const std::uint16_t* xp,
+                           index rows, index in, float* y, index y_stride, float* slot) noexcept {
+  switch (t) {
+    case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+  }
+}
+
+/// pgemm_fast_tile for a runtime storage type: vdpbf16ps when Arch has it and `dot_products`
+/// (core/cpu.hpp's bf16_dot_products_wanted(): Intel issues it at half the FMA rate), else the FMA
+/// engine. Both give the same bits but where a denormal appears.
 template <class Arch>
 void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
-                           index in, float* y, index y_stride, float* slot) noexcept {
+                           index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
-  switch (t) {
-    case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
-    case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
-    case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
-  }
+  if constexpr (pgemm_native_bf16<Arch>)
+    if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
+  pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
 }
 
 /// packed_gemm (same arguments) with bf16 operands and fp32 accumulation, on the calling thread
@@ -216,15 +227,9 @@ void packed_gemm_fast(storage_type t, const void* w, index stride, index count, 
   for (index m0 = 0; m0 < rows; m0 += pgemm_chunk) {
     const index m = std::min(pgemm_chunk, rows - m0);
     pgemm_fast_pack_x<Arch>(x + m0 * x_stride, x_stride, m, in, xp);
-    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols) {
-      const index c = std::min(pgemm_tile_cols, count - n0);
-      float* yt = y + m0 * y_stride + n0;
-      switch (t) {
-        case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32, Native>(wb + n0 * stride, stride, c, xp, m, in, yt, y_stride, slot); break;
-        case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16, Native>(wb + n0 * stride, stride, c, xp, m, in, yt, y_stride, slot); break;
-        case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16, Native>(wb + n0 * stride, stride, c, xp, m, in, yt, y_stride, slot); break;
-      }
-    }
+    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols)
+      pgemm_fast_tile_typed<Arch, Native>(t, wb + n0 * stride, stride, std::min(pgemm_tile_cols, count - n0), xp, m, in,
+                                          y + m0 * y_stride + n0, y_stride, slot);
   }
 }
 
