@@ -45,9 +45,12 @@ class linear_map {
   /// Up to this many rows go through the register-blocked small GEMM (detail::gemm_packed, weights
   /// in their stored dtype, x packed once per call); more go to the cache-blocked GEMM
   /// (detail::packed_gemm_tile: x packed per chunk of rows, W widened per k-block), whose packing
-  /// pays off once x has enough rows. Measured on the L1 fused projection (9216 x 2048, t:1,
-  /// AVX-512): see bench proj/gemm/... A map mixing dtypes takes the smallest limit.
-  static constexpr index small_gemm_rows_f32 = 16;
+  /// pays off once x has enough rows (its register block is 32 rows of x on AVX-512, and each tile
+  /// widens its weights once per chunk). On AVX-512 (2304 x 2048 weights, one thread, Zen 5) the
+  /// small GEMM still led at 64 rows (f32 82 against 75 GFLOP/s, bf16 88 against 81) and the two
+  /// met near 96; bench proj/gemm/... at n:64 and n:128 show the crossover on the L1 projection.
+  /// A map mixing dtypes takes the smallest limit.
+  static constexpr index small_gemm_rows_f32 = 64;
   static constexpr index small_gemm_rows_16bit = 64;
   static constexpr index small_gemm_rows(storage_type t) {
     return t == storage_type::f32 ? small_gemm_rows_f32 : small_gemm_rows_16bit;
