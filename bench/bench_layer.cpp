@@ -175,7 +175,7 @@ void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool d
 /// The fused q/k/v/gate projection of Qwen3-Next (9216 x 2048, one segment per head's q and gate
 /// rows, as gqa_layer builds it) applied to `rows` tokens: the decode GEMV on its own.
 void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, int threads,
-                   gattn::gemm_numerics numerics = gattn::gemm_numerics::exact) {
+                   gattn::gemm_numerics numerics) {
   set_threads(threads);
   const auto cfg = qwen3_next("g1_elementwise");
   const gattn::weight_map w = stored_as(qwen3_next_weights(cfg), type);
@@ -203,7 +203,7 @@ int register_layers() {
     const std::string ts = "/t:" + std::to_string(t);
     for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
       benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
-                                   index(1), t)
+                                   index(1), t, gattn::gemm_numerics::exact)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
     // The same projection for N rows (batched decode, prefill at n:2048): the GEMV at n:1, the
     // small GEMM up to linear_map::small_gemm_rows, the cache-blocked GEMM beyond (n:128 and n:256
@@ -211,7 +211,7 @@ int register_layers() {
     for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
       for (index n : {index(1), index(8), index(32), index(64), index(128), index(256), index(2048)})
         benchmark::RegisterBenchmark(("proj/gemm/" + std::string(gattn::to_string(type)) + "/n:" + std::to_string(n) + ts).c_str(),
-                                     bm_projection, type, n, t)
+                                     bm_projection, type, n, t, gattn::gemm_numerics::exact)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
     for (index n : {index(32), index(256), index(2048)})
       benchmark::RegisterBenchmark(("proj/gemm/bf16_fast/n:" + std::to_string(n) + ts).c_str(), bm_projection,
