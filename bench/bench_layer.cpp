@@ -3,7 +3,7 @@
 // unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
 // used in place and a bf16 KV cache); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
 // one decode token alone, GBps = weight bytes, for limits/read); proj/gemm/{dtype}/n:N (the same for N
-// rows, GFLOPS for limits/fma); and the MLA layer, layer/MLAP (prefill
+// rows, GFLOPS for limits/fma; bf16_fast with gemm_numerics::fast); and the MLA layer, layer/MLAP (prefill
 // T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
 #include <benchmark/benchmark.h>
 
@@ -174,7 +174,8 @@ void bm_mla_layer(benchmark::State& st, gattn::mla_form form, bool gated, bool d
 
 /// The fused q/k/v/gate projection of Qwen3-Next (9216 x 2048, one segment per head's q and gate
 /// rows, as gqa_layer builds it) applied to `rows` tokens: the decode GEMV on its own.
-void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, int threads) {
+void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, int threads,
+                   gattn::gemm_numerics numerics) {
   set_threads(threads);
   const auto cfg = qwen3_next("g1_elementwise");
   const gattn::weight_map w = stored_as(qwen3_next_weights(cfg), type);
@@ -189,7 +190,7 @@ void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, i
   const auto x = normal(rows * d, 1.0f, 9);
   std::vector<float> y(std::size_t(rows * m.out()));
   for (auto _ : st) {
-    m.apply(x.data(), rows, d, y.data(), m.out());
+    m.apply(x.data(), rows, d, y.data(), m.out(), numerics);
     benchmark::DoNotOptimize(y.data());
   }
   st.counters["GBps"] = benchmark::Counter(double(m.weight_bytes()) * double(st.iterations()) * 1e-9, benchmark::Counter::kIsRate);
@@ -202,15 +203,20 @@ int register_layers() {
     const std::string ts = "/t:" + std::to_string(t);
     for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
       benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
-                                   index(1), t)
+                                   index(1), t, gattn::gemm_numerics::exact)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
-    // The same projection for N rows (batched decode): the GEMV at n:1, the small GEMM up to
-    // linear_map::small_gemm_rows, Eigen panels beyond (n:128 and n:256 show the crossover).
+    // The same projection for N rows (batched decode, prefill at n:2048): the GEMV at n:1, the
+    // small GEMM up to linear_map::small_gemm_rows, the cache-blocked GEMM beyond (n:128 and n:256
+    // show the crossover); bf16_fast: bf16 weights with gemm_numerics::fast.
     for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
-      for (index n : {index(1), index(8), index(32), index(64), index(128), index(256)})
+      for (index n : {index(1), index(8), index(32), index(64), index(128), index(256), index(2048)})
         benchmark::RegisterBenchmark(("proj/gemm/" + std::string(gattn::to_string(type)) + "/n:" + std::to_string(n) + ts).c_str(),
-                                     bm_projection, type, n, t)
+                                     bm_projection, type, n, t, gattn::gemm_numerics::exact)
             ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    for (index n : {index(32), index(256), index(2048)})
+      benchmark::RegisterBenchmark(("proj/gemm/bf16_fast/n:" + std::to_string(n) + ts).c_str(), bm_projection,
+                                   gattn::storage_type::bf16, n, t, gattn::gemm_numerics::fast)
+          ->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark(("layer/L1D/g1_elementwise_bf16" + ts).c_str(), bm_gqa_layer,
                                  std::string("g1_elementwise_bf16"), true, t)
         ->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -1,5 +1,5 @@
 // linear_map and transposed_map over typed weight views: GEMV (rows <= 2), the small GEMM (rows
-// 3..small_gemm_rows) and the Eigen panels beyond, f32/bf16/f16, several segments, row strides
+// 3..small_gemm_rows) and the cache-blocked GEMM beyond, f32/bf16/f16, several segments, row strides
 // (column-sliced views), odd sizes, every thread context; against a double-precision product of
 // the widened weights. Through the map, the small GEMM gives every row of a batch the bits of that
 // row alone (the GEMV of 1-2 rows sums in another order), whatever the thread count or mix of
@@ -120,7 +120,8 @@ TEST(LinearMap, EveryThreadContextGivesTheSameBits) {
   };
   const stored_weight w(storage_type::bf16, 700, 300, 0, 21);  // 420 KB: large enough to go parallel
   const linear_map m(w.view(), nullptr);
-  for (index rows : {index(1), index(2), index(6), index(33), index(linear_map::small_gemm_rows(storage_type::bf16) + 3)}) {
+  for (index rows : {index(1), index(2), index(6), index(33), index(linear_map::small_gemm_rows(storage_type::bf16) + 3),
+                     detail::pgemm_chunk + 5}) {
     const auto x = random_vector(std::size_t(rows * 300), 22);
     std::vector<float> a(std::size_t(rows * 700)), b(a.size()), c(a.size());
     m.apply(x.data(), rows, 300, a.data(), 700, execution_context::serial());
@@ -169,6 +170,30 @@ TEST(LinearMap, MixedDtypesShareOnePackedXAndGiveEachDtypesBits) {
       o += alone.out();
     }
   }
+}
+
+TEST(LinearMap, FastNumericsMeetTheFastToleranceAndLeaveExactAlone) {
+  // Two segments of different dtypes, a bias, more rows than the small GEMM and than one chunk.
+  const index in = 300, rows = detail::pgemm_chunk + 9;
+  const stored_weight a(storage_type::bf16, 300, in, 0, 41), b(storage_type::f32, 70, in, 2, 42);
+  std::vector<float> bias_values = random_vector(300, 43);
+  const weight_view bias(storage_type::f32, bias_values.data(), {300});
+  const std::vector<weight_segment> segs = {{a.view(), 0, -1, &bias}, {b.view(), 0, -1, nullptr}};
+  const linear_map m(segs);
+  const auto x = random_vector(std::size_t(rows * in), 44);
+  std::vector<double> want, mag;
+  reference(segs, x, rows, in, want, mag);
+  double scale = 0.0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  const index out = m.out();
+  std::vector<float> fast(std::size_t(rows * out)), fast2(fast.size()), exact(fast.size()), plain(fast.size());
+  m.apply(x.data(), rows, in, fast.data(), out, gemm_numerics::fast, execution_context::serial());
+  m.apply(x.data(), rows, in, fast2.data(), out, gemm_numerics::fast, execution_context::with_threads(2));
+  m.apply(x.data(), rows, in, exact.data(), out, gemm_numerics::exact);
+  m.apply(x.data(), rows, in, plain.data(), out);
+  EXPECT_EQ(fast, fast2) << "fast numerics depend on the thread count";
+  EXPECT_EQ(exact, plain);
+  for (std::size_t i = 0; i < fast.size(); ++i) ASSERT_NEAR(fast[i], want[i], 1e-2 * scale) << "at " << i;
 }
 
 TEST(LinearMap, MismatchedSegmentsAreRefused) {

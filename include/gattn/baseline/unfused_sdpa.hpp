@@ -18,6 +18,9 @@
 
 GATTN_NAMESPACE_BEGIN
 
+/// A dense row-major float matrix (the baseline's score matrix).
+using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
 /// Runs `p` (same contract as fused_sdpa: strides, bottom-right causal mask, lse, epilogue) the
 /// unfused way. Memory is O(T_q·T_k) per thread: this is the baseline, not a production path.
 /// Paged or bf16/f16 K/V are widened into dense copies first (exact).

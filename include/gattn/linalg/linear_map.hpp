@@ -3,10 +3,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
-#include <Eigen/Core>
-
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
 #include "gattn/core/scratch_span.hpp"
@@ -14,12 +14,17 @@
 #include "gattn/core/weights.hpp"
 #include "gattn/linalg/gemm.hpp"
 #include "gattn/linalg/gemv.hpp"
+#include "gattn/linalg/packed_gemm.hpp"
+#include "gattn/linalg/packed_gemm_fast.hpp"
 #include "gattn/linalg/weight_rows.hpp"
 #include "gattn/simd/arch.hpp"
 
 GATTN_NAMESPACE_BEGIN
 
-using row_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+/// How a linear_map's cache-blocked GEMM computes: `exact` takes x and the weights as they are;
+/// `fast` rounds both to bf16 (fp32 accumulation, vdpbf16ps where the build has AVX512-BF16),
+/// about twice the throughput, within the `fast` tolerance of docs/spec.md §10 (1e-2·max|y|).
+enum class gemm_numerics { exact, fast };
 
 /// Rows [first, first + count) of `weight` (count < 0: to the last row), with the same rows of an
 /// optional bias. A linear map's output columns are its segments in order.
@@ -38,11 +43,14 @@ class linear_map {
   /// Up to this many rows go through the GEMV path instead of a GEMM.
   static constexpr index gemv_rows = 2;
   /// Up to this many rows go through the register-blocked small GEMM (detail::gemm_packed, weights
-  /// in their stored dtype, x packed once per call); more go to Eigen panels (bf16/f16 widened into
-  /// fp32 first), whose packing pays off once x has enough rows. Measured on the L1 fused projection
-  /// (9216 x 2048, t:1, AVX-512): see bench proj/gemm/... A map mixing dtypes takes the smallest
-  /// limit.
-  static constexpr index small_gemm_rows_f32 = 16;
+  /// in their stored dtype, x packed once per call); more go to the cache-blocked GEMM
+  /// (detail::packed_gemm_tile: x packed per chunk of rows, W widened per k-block), whose packing
+  /// pays off once x has enough rows (its register block is 32 rows of x on AVX-512, and each tile
+  /// widens its weights once per chunk). On AVX-512 (2304 x 2048 weights, one thread, Zen 5) the
+  /// small GEMM still led at 64 rows (f32 82 against 75 GFLOP/s, bf16 88 against 81) and the two
+  /// met near 96; bench proj/gemm/... at n:64 and n:128 show the crossover on the L1 projection.
+  /// A map mixing dtypes takes the smallest limit.
+  static constexpr index small_gemm_rows_f32 = 64;
   static constexpr index small_gemm_rows_16bit = 64;
   static constexpr index small_gemm_rows(storage_type t) {
     return t == storage_type::f32 ? small_gemm_rows_f32 : small_gemm_rows_16bit;
@@ -50,10 +58,9 @@ class linear_map {
   /// Output rows per unit of parallel work in the GEMV and the small GEMM (enough units to balance
   /// a team).
   static constexpr index gemv_tile_rows = 64;
-  /// Output rows per GEMM panel. Each panel's Eigen GEMM packs all of x again, so panels are as
-  /// large as the scratch allows: a bf16/f16 panel widens into 256 · in floats per thread (2 MB at
-  /// in = 2048).
-  static constexpr index gemm_panel_rows = 256;
+  /// Output rows per tile of the cache-blocked GEMM (a unit of parallel work): a tile's W k-block
+  /// and its transposed y live in the worker's scratch slot.
+  static constexpr index gemm_panel_rows = detail::pgemm_tile_cols;
 
   linear_map() = default;
   linear_map(const weight_view& w, const weight_view* b) : linear_map(std::vector<weight_segment>{{w, 0, -1, b}}) {}
@@ -72,8 +79,15 @@ class linear_map {
 
   /// y (rows × out, row stride y_stride) = x (rows × in, row stride x_stride) · Wᵀ + b.
   /// `scratch` (at least scratch_floats(rows, exec.concurrency()) floats) holds x packed for the
-  /// small GEMM and each worker's widened bf16/f16 panel; without it the call allocates its own.
+  /// GEMMs and each worker's slot of the cache-blocked one; without it the call allocates its own.
   void apply(const float* x, index rows, index x_stride, float* y, index y_stride,
+             const execution_context& exec = execution_context{}, scratch_span scratch = {}) const {
+    apply(x, rows, x_stride, y, y_stride, gemm_numerics::exact, exec, scratch);
+  }
+
+  /// apply() with a choice of numerics. `fast` changes only the cache-blocked GEMM (more rows than
+  /// the small GEMM takes); fewer rows compute exactly either way. Same scratch.
+  void apply(const float* x, index rows, index x_stride, float* y, index y_stride, gemm_numerics numerics,
              const execution_context& exec = execution_context{}, scratch_span scratch = {}) const {
     if (rows <= 0 || out_ == 0) return;
     const execution_context& team = team_for(exec);
@@ -86,10 +100,7 @@ class linear_map {
     std::vector<float> own;  // stays empty when `scratch` is large enough
     const detail::worker_scratch sc = detail::carve_workers(scratch, layout, own);
     if (rows <= small_gemm_limit_) small_gemm(x, rows, x_stride, y, y_stride, team, sc.shared);
-    else
-      detail::for_each_task(team, index(gemm_tiles_.size()), layout.workers, [&](index i, index w) {
-        gemm_tile(gemm_tiles_[std::size_t(i)], x, rows, x_stride, y, y_stride, sc.slot(w));
-      });
+    else large_gemm(x, rows, x_stride, y, y_stride, team, layout.workers, sc, numerics);
   }
 
   /// Floats of scratch that serve every apply() of up to max_rows rows on `concurrency` threads.
@@ -120,7 +131,6 @@ class linear_map {
   index in_ = 0, out_ = 0;
   index small_gemm_limit_ = small_gemm_rows_16bit;
   bool has_natural_ = false, has_pairs_ = false;  // packing orders of the small GEMM that the parts need
-  bool all_f32_ = true;  // the Eigen panels read every part in place
   execution_context serial_ = execution_context::serial();
 
   /// Maps reading fewer weight bytes run on the calling thread: a few microseconds of team start-up
@@ -131,16 +141,17 @@ class linear_map {
   }
 
   /// The small GEMM's x packed once (shared by every tile, one copy per packing order the map's
-  /// dtypes need: f32 and f16 share the natural order, bf16 takes pairs); the Eigen panels'
-  /// widened bf16/f16 weights, one panel per worker.
+  /// dtypes need: f32 and f16 share the natural order, bf16 takes pairs); for more rows, one
+  /// chunk of x packed for the cache-blocked GEMM (shared) and a slot per worker.
   detail::worker_scratch_layout scratch_layout(index rows, int concurrency) const {
     detail::worker_scratch_layout l;
     if (rows <= small_gemm_limit_) {
       l.shared = detail::scratch_round(rows * detail::gemm_packed_stride(in_)) * (index(has_natural_) + index(has_pairs_));
       return l;
     }
+    l.shared = detail::pgemm_x_floats<default_arch>(rows, in_);
     l.workers = detail::workers_for(index(gemm_tiles_.size()), concurrency);
-    if (!all_f32_) l.slot = std::min(gemm_panel_rows, out_) * in_;
+    l.slot = detail::pgemm_slot_floats;
     return l;
   }
 
@@ -183,7 +194,6 @@ class linear_map {
     parts_.push_back({rows, out_});
     small_gemm_limit_ = std::min(small_gemm_limit_, small_gemm_rows(w.type()));
     (detail::gemm_order_for(w.type()) == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_) = true;
-    all_f32_ = all_f32_ && w.type() == storage_type::f32;
     for (index r = 0; r < count; r += gemv_tile_rows)
       gemv_tiles_.push_back({part_index, r, std::min(gemv_tile_rows, count - r)});
     for (index r = 0; r < count; r += gemm_panel_rows)
@@ -218,27 +228,31 @@ class linear_map {
     add_bias(t, rows, y, y_stride);
   }
 
-  /// One panel of output columns: f32 weights in place, bf16/f16 widened into the worker's `panel`
-  /// scratch (gemm_panel_rows · in floats), then a single-threaded Eigen GEMM.
-  void gemm_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride,
-                 float* scratch) const {
-    using stride = Eigen::OuterStride<>;
-    const weight_view& w = parts_[std::size_t(t.part_index)].w;
-    const float* panel = nullptr;
-    index panel_stride = in_;
-    if (w.type() == storage_type::f32) {
-      panel = static_cast<const float*>(tile_rows(t));
-      panel_stride = w.row_stride();
-    } else {
-      detail::widen_rows<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, in_,
-                                       scratch);
-      panel = scratch;
+  /// The cache-blocked GEMM: x packed one chunk of rows at a time (on the calling thread, then
+  /// shared by every tile; as bf16 pairs for `fast`), the tiles on the team, each in its worker's
+  /// slot.
+  void large_gemm(const float* x, index rows, index x_stride, float* y, index y_stride, const execution_context& team,
+                  index workers, const detail::worker_scratch& sc, gemm_numerics numerics) const {
+    const bool fast = numerics == gemm_numerics::fast, dot_products = fast && bf16_dot_products_wanted();
+    auto* xp16 = reinterpret_cast<std::uint16_t*>(sc.shared);
+    for (index m0 = 0; m0 < rows; m0 += detail::pgemm_chunk) {
+      const index m = std::min(detail::pgemm_chunk, rows - m0);
+      if (fast) detail::pgemm_fast_pack_x<default_arch>(x + m0 * x_stride, x_stride, m, in_, xp16);
+      else detail::pgemm_pack_x<default_arch>(x + m0 * x_stride, x_stride, m, in_, sc.shared);
+      float* yt = y + m0 * y_stride;
+      detail::for_each_task(team, index(gemm_tiles_.size()), workers, [&](index i, index w) {
+        const tile& t = gemm_tiles_[std::size_t(i)];
+        const weight_view& wv = parts_[std::size_t(t.part_index)].w;
+        const index stride = wv.row_stride() * storage_bytes(wv.type());
+        if (fast)
+          detail::packed_gemm_fast_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, xp16, m, in_,
+                                                      yt + tile_out(t), y_stride, sc.slot(w), dot_products);
+        else
+          detail::packed_gemm_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, sc.shared, m, in_,
+                                                 yt + tile_out(t), y_stride, sc.slot(w));
+        add_bias(t, m, yt, y_stride);
+      });
     }
-    Eigen::Map<const row_matrix, 0, stride> X(x, rows, in_, stride(x_stride));
-    Eigen::Map<const row_matrix, 0, stride> W(panel, t.count, in_, stride(std::max<index>(panel_stride, 1)));
-    Eigen::Map<row_matrix, 0, stride> Y(y + tile_out(t), rows, t.count, stride(y_stride));
-    on_this_thread([&] { Y.noalias() = X * W.transpose(); });  // Eigen: no team of its own
-    add_bias(t, rows, y, y_stride);
   }
 };
 

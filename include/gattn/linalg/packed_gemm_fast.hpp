@@ -1,0 +1,236 @@
+// The "fast" numerics of the cache-blocked GEMM: x and W rounded to bf16, products accumulated in
+// fp32 (vdpbf16ps where the build has AVX512-BF16, the same arithmetic by fp32 FMAs elsewhere).
+// Templates on Arch so tests can run every ISA of the binary.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "gattn/core/config.hpp"
+#include "gattn/core/types.hpp"
+#include "gattn/linalg/packed_gemm.hpp"
+#include "gattn/simd/convert.hpp"
+#include "gattn/simd/simd.hpp"
+
+GATTN_NAMESPACE_BEGIN namespace detail {
+
+// The blocking of packed_gemm.hpp (KC, chunk, tile, NB × NV register block, transposed y tile),
+// with bf16 operands taken a pair of k values at a time:
+//   - x is rounded to bf16 (nearest even) once per chunk and packed as pairs: for each pair q of a
+//     k-block, the MR rows of a panel × (x[m, 2q], x[m, 2q + 1]), one 32-bit lane per row;
+//   - W rows are rounded to bf16 (bf16 weights are copied) into the slot, rows kept whole, so
+//     (W[n, 2q], W[n, 2q + 1]) is one 32-bit value that a step broadcasts;
+//   - one step per pair: acc += x_odd · w_odd, then acc += x_even · w_even, in fp32 (a product of
+//     two bf16 is exact in fp32, so each step rounds once). With AVX512-BF16 that is one vdpbf16ps
+//     per accumulator (twice the flops of an FMA per instruction); without it, two FMAs.
+// vdpbf16ps's order, checked on Zen 5 by experiment (3.2 M random lanes, none with a denormal):
+// its result equals fma(x_even, w_even, fma(x_odd, w_odd, acc)) bit for bit, which is also
+// Intel's documented order; the instruction flushes denormal inputs and outputs to zero, the FMA
+// engine does not, so the two engines may differ only where a denormal appears. A k-block of odd
+// length (the last one, odd `in`) is padded with a zero pair half, which adds +0 exactly.
+// Every output is one chain over the pairs in order, whatever the split (as in packed_gemm.hpp).
+
+/// True when Arch's fast engine is vdpbf16ps (AVX-512 arch in a build with AVX512-BF16).
+template <class Arch>
+inline constexpr bool pgemm_native_bf16 =
+#if defined(__AVX512BF16__)
+    simd::detail::derives_v<Arch, xsimd::avx512f>;
+#else
+    false;
+#endif
+
+/// bf16 values between the rows of W in the slot: an odd number of cache lines.
+inline constexpr index pgemm_w16_stride = pgemm_kc + 32;
+static_assert(pgemm_kc % 2 == 0, "k-blocks hold whole pairs");
+static_assert(pgemm_tile_cols * pgemm_w16_stride <= 2 * pgemm_tile_cols * pgemm_w_stride, "the bf16 W block fits the slot");
+
+/// Packs rows (<= pgemm_chunk) of x into xp as bf16 pairs: k-block from k0 at xp + k0 · rows_padded,
+/// its panel p at + p · MR · 2·kp (kp = its pairs), value (pair q, row r, half h) at + (q · MR + r)
+/// · 2 + h; padding rows and the odd block's last half are 0. Fits in pgemm_x_floats floats.
+template <class Arch>
+void pgemm_fast_pack_x(const float* x, index x_stride, index rows, index in, std::uint16_t* xp) noexcept {
+  constexpr index MR = pgemm_mr<Arch>;
+  const index rows_pad = pgemm_rows_padded<Arch>(rows);
+  for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
+    const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2;
+    for (index p = 0; p < rows_pad; p += MR) {
+      std::uint16_t* panel = xp + k0 * rows_pad + p * 2 * kp;
+      for (index r = 0; r < MR; ++r) {
+        const float* src = p + r < rows ? x + (p + r) * x_stride + k0 : nullptr;
+        for (index q = 0; q < kp; ++q) {
+          std::uint32_t pair = 0;  // the padding rows and half: +0
+          if (src) pair = round_to_bf16(src[2 * q]) | (2 * q + 1 < kb ? std::uint32_t(round_to_bf16(src[2 * q + 1])) << 16 : 0u);
+          std::memcpy(panel + (q * MR + r) * 2, &pair, sizeof pair);
+        }
+      }
+    }
+  }
+}
+
+/// The values [k0, k0 + kb) of the `count` W rows at w (dtype S) as bf16 into out (rows
+/// pgemm_w16_stride apart), a zero after an odd kb.
+template <storage_type S>
+void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k0, index kb, std::uint16_t* out) noexcept {
+  constexpr index E = S == storage_type::f32 ? 4 : 2;
+  for (index n = 0; n < count; ++n) {
+    const unsigned char* row = w + n * stride + k0 * E;
+    std::uint16_t* o = out + n * pgemm_w16_stride;
+    if constexpr (S == storage_type::bf16) std::memcpy(o, row, std::size_t(kb) * 2);
+    else
+      for (index k = 0; k < kb; ++k) o[k] = round_to_bf16(weight_as_f32<S>(row + k * E));
+    if (kb % 2) o[kb] = 0;
+  }
+}
+
+/// One microkernel call of the fast engine: kp pairs of k for NB bf16 W rows and one packed panel.
+struct pgemm_fast_args {
+  const std::uint16_t* w;  // W row 0 of the block (rows pgemm_w16_stride apart)
+  const std::uint16_t* x;  // the packed panel ([kp][MR][2])
+  index kp;
+  float* c;                // accumulator (j, v) at c + j · pgemm_c_stride + v · L
+  bool first;
+};
+
+/// The FMA engine: two fp32 FMAs per pair, odd half first (vdpbf16ps's order).
+template <class Arch, int NB, int NV>
+void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
+  using B = simd::batch<float, Arch>;
+  constexpr index L = index(simd::width<Arch>), MR = NV * L;
+  B acc[NB][NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? B(0.0f) : simd::load<Arch>(a.c + j * pgemm_c_stride + v * L);
+  for (index q = 0; q < a.kp; ++q) {
+    B xe[NV], xo[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      xe[v] = simd::load_bf16_even<Arch>(a.x + (q * MR + v * L) * 2);
+      xo[v] = simd::load_bf16_odd<Arch>(a.x + (q * MR + v * L) * 2);
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      const std::uint16_t* wq = a.w + j * pgemm_w16_stride + 2 * q;
+      const B we = simd::broadcast<Arch>(bf16_to_float(wq[0])), wo = simd::broadcast<Arch>(bf16_to_float(wq[1]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(xe[v], we, simd::fma(xo[v], wo, acc[j][v]));
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) simd::store(a.c + j * pgemm_c_stride + v * L, acc[j][v]);
+}
+
+#if defined(__AVX512BF16__)
+/// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and pair.
+template <int NB, int NV>
+void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
+  constexpr index MR = NV * 16;
+  __m512 acc[NB][NV];
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? _mm512_setzero_ps() : _mm512_loadu_ps(a.c + j * pgemm_c_stride + v * 16);
+  for (index q = 0; q < a.kp; ++q) {
+    __m512i xv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_si512(a.x + (q * MR + v * 16) * 2);
+#pragma GCC unroll 16
+    for (int j = 0; j < NB; ++j) {
+      std::uint32_t pair;
+      std::memcpy(&pair, a.w + j * pgemm_w16_stride + 2 * q, sizeof pair);
+      const __m512bh wb = (__m512bh)_mm512_set1_epi32(int(pair));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], (__m512bh)xv[v], wb);
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(a.c + j * pgemm_c_stride + v * 16, acc[j][v]);
+}
+#endif
+
+/// The fast kernel for a runtime nb <= NB: vdpbf16ps when Native, else the FMA engine.
+template <class Arch, bool Native, int NB = pgemm_nb<Arch>>
+void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
+  if (nb == NB) {
+#if defined(__AVX512BF16__)
+    if constexpr (Native) return pgemm_fast_kernel_dp<NB, pgemm_nv<Arch>>(a);
+#endif
+    return pgemm_fast_kernel_fma<Arch, NB, pgemm_nv<Arch>>(a);
+  }
+  if constexpr (NB > 1) pgemm_fast_dispatch<Arch, Native, NB - 1>(nb, a);
+}
+
+/// pgemm_tile with bf16 operands: x packed by pgemm_fast_pack_x<Arch> at xp; Native (only where
+/// pgemm_native_bf16<Arch>) picks vdpbf16ps over the FMA engine.
+template <class Arch, storage_type S, bool Native = pgemm_native_bf16<Arch>>
+void pgemm_fast_tile(const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows, index in,
+                     float* y, index y_stride, float* slot) noexcept {
+  static_assert(!Native || pgemm_native_bf16<Arch>, "vdpbf16ps needs an AVX-512 arch and AVX512-BF16");
+  constexpr index MR = pgemm_mr<Arch>, NB = pgemm_nb<Arch>;
+  const index rows_pad = pgemm_rows_padded<Arch>(rows);
+  auto* wp = reinterpret_cast<std::uint16_t*>(slot);
+  float* ct = slot + pgemm_tile_cols * pgemm_w_stride;
+  if (in == 0)
+    for (index n = 0; n < count; ++n) std::fill(ct + n * pgemm_c_stride, ct + n * pgemm_c_stride + rows, 0.0f);
+  for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
+    const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2;
+    pgemm_fast_widen<S>(w, stride, count, k0, kb, wp);
+    const std::uint16_t* xb = xp + k0 * rows_pad;
+    for (index j0 = 0; j0 < count; j0 += NB) {
+      const int nb = int(std::min(NB, count - j0));
+      for (index p = 0; p < rows_pad; p += MR)
+        pgemm_fast_dispatch<Arch, Native>(
+            nb, {wp + j0 * pgemm_w16_stride, xb + p * 2 * kp, kp, ct + j0 * pgemm_c_stride + p, k0 == 0});
+    }
+  }
+  pgemm_store_y(ct, count, rows, y, y_stride);
+}
+
+/// pgemm_fast_tile for a runtime storage type and engine.
+template <class Arch, bool Native>
+void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride, index count, const std::uint16_t* xp,
+                           index rows, index in, float* y, index y_stride, float* slot) noexcept {
+  switch (t) {
+    case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+  }
+}
+
+/// pgemm_fast_tile for a runtime storage type: vdpbf16ps when Arch has it and `dot_products`
+/// (core/cpu.hpp's bf16_dot_products_wanted(): Intel issues it at half the FMA rate), else the FMA
+/// engine. Both give the same bits but where a denormal appears.
+template <class Arch>
+void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
+                           index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
+  const auto* p = static_cast<const unsigned char*>(w);
+  if constexpr (pgemm_native_bf16<Arch>)
+    if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
+  pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
+}
+
+/// packed_gemm (same arguments) with bf16 operands and fp32 accumulation, on the calling thread
+/// with buffers of the call's own. Native: as pgemm_fast_tile (tests compare the two engines).
+template <class Arch, bool Native = pgemm_native_bf16<Arch>>
+void packed_gemm_fast(storage_type t, const void* w, index stride, index count, const float* x, index x_stride,
+                      index rows, index in, float* y, index y_stride) {
+  std::vector<float> xbuf, sbuf;
+  auto* xp = reinterpret_cast<std::uint16_t*>(pgemm_buffer(xbuf, pgemm_x_floats<Arch>(rows, in)));
+  float* slot = pgemm_buffer(sbuf, pgemm_slot_floats);
+  const auto* wb = static_cast<const unsigned char*>(w);
+  for (index m0 = 0; m0 < rows; m0 += pgemm_chunk) {
+    const index m = std::min(pgemm_chunk, rows - m0);
+    pgemm_fast_pack_x<Arch>(x + m0 * x_stride, x_stride, m, in, xp);
+    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols)
+      pgemm_fast_tile_typed<Arch, Native>(t, wb + n0 * stride, stride, std::min(pgemm_tile_cols, count - n0), xp, m, in,
+                                          y + m0 * y_stride + n0, y_stride, slot);
+  }
+}
+
+}  GATTN_NAMESPACE_END  // namespace gattn::detail
