@@ -1,6 +1,7 @@
 // Whole-layer benchmarks of the gated delta-rule layers (docs/performance.md, delta-rule shapes):
 // layer/L1P_gdn (a Qwen3-Next linear-attention layer, d 2048, H_k 16, H_v 32, D_k = D_v = 128, bf16
-// weights, prefill T = 4096) and layer/L1D_gdn (one decode step of that layer), t:1 and t:2.
+// weights, prefill T = 4096), layer/L1P_gdn_fast (the same with numerics = fast: bf16-operand
+// projections) and layer/L1D_gdn (one decode step of that layer), t:1 and t:2.
 // Counters: tokens_per_s; GFLOPS = the projections (2 per weight) plus the delta rule counted as the
 // chunked form does it; L1D's GBps = the bf16 weights and the state read and written once.
 #include <benchmark/benchmark.h>
@@ -61,9 +62,10 @@ void set_threads(int threads) {
 #endif
 }
 
-void bm_delta_layer(benchmark::State& st, bool decode, int threads) {
+void bm_delta_layer(benchmark::State& st, bool decode, int threads, gattn::numerics numerics) {
   set_threads(threads);
-  const gattn::delta_config cfg = qwen3_next_linear();
+  gattn::delta_config cfg = qwen3_next_linear();
+  cfg.numerics = numerics;
   const gattn::delta_layer layer(cfg, weights(cfg));
   const index d = cfg.hidden, T = decode ? 1 : 4096;
   const auto x = gattn_bench::normal(T * d, 1.0f, 9);
@@ -91,10 +93,13 @@ void bm_delta_layer(benchmark::State& st, bool decode, int threads) {
 const bool registered = [] {
   for (int t : {1, 2}) {
     const std::string ts = "/t:" + std::to_string(t);
-    benchmark::RegisterBenchmark(("layer/L1P_gdn" + ts).c_str(), bm_delta_layer, false, t)
+    benchmark::RegisterBenchmark(("layer/L1P_gdn" + ts).c_str(), bm_delta_layer, false, t, gattn::numerics::exact)
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
-    benchmark::RegisterBenchmark(("layer/L1D_gdn" + ts).c_str(), bm_delta_layer, true, t)
+    benchmark::RegisterBenchmark(("layer/L1P_gdn_fast" + ts).c_str(), bm_delta_layer, false, t, gattn::numerics::fast)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("layer/L1D_gdn" + ts).c_str(), bm_delta_layer, true, t, gattn::numerics::exact)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
   }

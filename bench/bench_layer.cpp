@@ -1,7 +1,8 @@
 // Whole-layer benchmarks (docs/performance.md): layer/L1P (Qwen3-Next full-attention layer, prefill T = 2048)
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
 // unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
-// used in place and a bf16 KV cache); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
+// used in place and a bf16 KV cache); layer/L1P/g1_elementwise_bf16_fast (the same with the layer's
+// numerics = fast: bf16-operand projections); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
 // one decode token alone, GBps = weight bytes, for limits/read); proj/gemm/{dtype}/n:N (the same for N
 // rows, GFLOPS for limits/fma; bf16_fast with gemm_numerics::fast); and the MLA layer, layer/MLAP (prefill
 // T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
@@ -85,9 +86,11 @@ void set_threads(int threads) {
 
 void bm_gqa_layer(benchmark::State& st, std::string variant, bool decode, int threads) {
   set_threads(threads);
-  const bool bf16 = variant == "g1_elementwise_bf16";  // bf16 weights and bf16 KV cache
+  const bool fast = variant == "g1_elementwise_bf16_fast";      // ... and numerics = fast
+  const bool bf16 = fast || variant == "g1_elementwise_bf16";  // bf16 weights and bf16 KV cache
   auto cfg = qwen3_next(bf16 ? "g1_elementwise" : variant);
   if (bf16) cfg.kv_cache_type = gattn::storage_type::bf16;
+  if (fast) cfg.numerics = gattn::numerics::fast;
   const auto storage = bf16 ? gattn::storage_type::bf16 : gattn::storage_type::f32;
   gattn::gqa_layer layer(cfg, stored_as(qwen3_next_weights(cfg), storage));
   if (variant == "unfused") layer.set_sdpa(&gattn::unfused_sdpa);
@@ -219,6 +222,9 @@ int register_layers() {
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
     benchmark::RegisterBenchmark(("layer/L1D/g1_elementwise_bf16" + ts).c_str(), bm_gqa_layer,
                                  std::string("g1_elementwise_bf16"), true, t)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("layer/L1P/g1_elementwise_bf16_fast" + ts).c_str(), bm_gqa_layer,
+                                 std::string("g1_elementwise_bf16_fast"), false, t)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
     for (const char* v : {"plain", "g1_elementwise", "g1_headwise", "unfused"}) {
       benchmark::RegisterBenchmark(("layer/L1P/" + std::string(v) + ts).c_str(), bm_gqa_layer, std::string(v), false, t)

@@ -2,7 +2,7 @@
 //
 //   gattn run  --config C.json --weights W.safetensors --input X.safetensors [--output Y.safetensors]
 //              [--layer N] [--prefix P] [--decode-from K] [--stats S.json] [--check [--tol R]]
-//              [--reference] [--mla-form F] [--kv-dtype T] [--kv-numerics M] [--quiet]
+//              [--reference] [--mla-form F] [--kv-dtype T] [--kv-numerics M] [--numerics M] [--quiet]
 //              [--batch-lengths L1,L2,... [--block-size B]]
 //   gattn cost --config C.json [--layers L] [--context N] [--tokens N] [--weight-dtype T] [--kv-dtype T]
 //   gattn info [--weights W.safetensors]
@@ -82,11 +82,14 @@ const char* const run_help =
     "  --stats S.json       write the paper's statistics (docs/spec.md §6) as JSON\n"
     "  --check              compare with 'y' in the input file: prints max|dy|/max|y|, exit 1 above --tol\n"
     "  --tol R              --check tolerance (default docs/spec.md §10's for the cache: 5e-4 for a bf16\n"
-    "                       cache, 1e-2 with --kv-numerics fast on a bf16/f16 cache, else 1e-4)\n"
+    "                       cache, 1e-2 with --kv-numerics fast on a bf16/f16 cache or with numerics\n"
+    "                       fast, else 1e-4)\n"
     "  --reference          run SDPA on the double-precision oracle\n"
     "  --mla-form F         automatic, absorbed or expanded (MLA)\n"
     "  --kv-dtype T         KV-cache element type f32, bf16 or f16 (overrides the config's kv_cache_dtype)\n"
     "  --kv-numerics M      exact or fast (docs/spec.md §10)\n"
+    "  --numerics M         exact or fast: fast runs the layer's projections in bf16 operands, fp32\n"
+    "                       accumulation (docs/spec.md §10; overrides the config's numerics)\n"
     "  --quiet              no summary line on stderr\n"
     "  --batch-lengths L,.. run the prefixes x[:L1], x[:L2], ... as one batch (each L in 1..T): a batched\n"
     "                       prefill of ceil(L/2) tokens, then batched decode steps; writes y.0, y.1, ...\n"
@@ -327,10 +330,11 @@ double relative_error(const std::vector<float>& y, const std::vector<double>& y_
   return diff == 0 ? 0.0 : diff / scale;
 }
 
-/// Options that change how the layer computes, passed on to it (kv_numerics: once layers take it).
+/// Options that change how the layer computes, passed on to it.
 struct run_options {
   std::optional<gattn::storage_type> kv_dtype;
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;
+  std::optional<gattn::numerics> numerics;  ///< --numerics: every family's projections
 };
 
 /// The --check tolerance, and what a failure says about it when it is not the user's.
@@ -346,8 +350,10 @@ check_tolerance check_tolerance_for(const arguments& args, const gattn::layer_co
   check_tolerance t;
   gattn::storage_type kv = gattn::storage_type::f32;
   gattn::kv_numerics numerics = gattn::kv_numerics::exact;
+  bool fast_layer = false;
   std::visit(
       [&](const auto& c) {
+        fast_layer = c.numerics == gattn::numerics::fast;
         if constexpr (!std::is_same<std::decay_t<decltype(c)>, gattn::delta_config>::value) {
           kv = c.kv_cache_type;
           numerics = c.kv_numerics;
@@ -355,7 +361,9 @@ check_tolerance check_tolerance_for(const arguments& args, const gattn::layer_co
       },
       cfg);
   const bool low = kv != gattn::storage_type::f32;
-  t.value = low && numerics == gattn::kv_numerics::fast ? 1e-2 : kv == gattn::storage_type::bf16 ? 5e-4 : 1e-4;
+  t.value = fast_layer || (low && numerics == gattn::kv_numerics::fast) ? 1e-2
+            : kv == gattn::storage_type::bf16                            ? 5e-4
+                                                                          : 1e-4;
   if (args.has("--tol")) {
     t.value = args.positive_number("--tol", t.value);
     return t;
@@ -454,6 +462,8 @@ run_request parse_run_request(const arguments& args, bool root) {
     r.options.kv_dtype = args.choice("--kv-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
   r.options.kv_numerics =
       args.choice("--kv-numerics", {gattn::kv_numerics::exact, gattn::kv_numerics::fast}, gattn::kv_numerics::exact);
+  if (args.has("--numerics"))
+    r.options.numerics = args.choice("--numerics", {gattn::numerics::exact, gattn::numerics::fast}, gattn::numerics::exact);
   r.batch = parse_batch_options(args);
   if (root && args.has("--output")) check_writable("--output", args.values.at("--output"));
   if (root && args.has("--stats")) check_writable("--stats", args.values.at("--stats"));
@@ -463,6 +473,7 @@ run_request parse_run_request(const arguments& args, bool root) {
 /// The layer's config, with the request's cache type and numerics.
 gattn::layer_config run_config(const arguments& args, const run_request& r) {
   gattn::layer_config cfg = gattn::io::load_layer_config(r.config_path, r.layer_index);
+  if (r.options.numerics) std::visit([&](auto& c) { c.numerics = *r.options.numerics; }, cfg);
   const bool kv_options = r.options.kv_dtype || args.has("--kv-numerics");
   if (std::holds_alternative<gattn::delta_config>(cfg)) {
     if (kv_options)
@@ -669,7 +680,7 @@ gattn::cli::rank_state rank_state_of(const arguments& args, const prepared_run& 
   s.config = digest(config.data(), config.size());
   s.input = digest(p.input.x.data(), p.input.x.size() * sizeof(float));
   std::string options;
-  for (const char* k : {"--layer", "--prefix", "--decode-from", "--mla-form", "--kv-dtype", "--kv-numerics",
+  for (const char* k : {"--layer", "--prefix", "--decode-from", "--mla-form", "--kv-dtype", "--kv-numerics", "--numerics",
                         "--batch-lengths", "--block-size", "--stats"})
     options += std::string(k) + (args.has(k) ? "=" + args.values.at(k) : std::string()) + "\n";
   options += args.flag("--reference") ? "--reference\n" : "";
@@ -709,7 +720,8 @@ int run_command(int argc, char** argv) {
   try {
     parsed.emplace(argc, argv, 2,
                    std::vector<std::string>{"--config", "--weights", "--input", "--output", "--prefix", "--decode-from",
-                                            "--stats", "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--tol",
+                                            "--stats", "--mla-form", "--layer", "--kv-dtype", "--kv-numerics", "--numerics",
+                                            "--tol",
                                             "--batch-lengths", "--block-size"},
                    std::vector<std::string>{"--reference", "--check", "--quiet"});
     prepare_run(*parsed, group, prepared);

@@ -70,6 +70,14 @@ TEST(DeltaConfig, KdaKeys) {
                    -0.001);
 }
 
+// `numerics` (docs/spec.md §10) is every family's key: exact by default.
+TEST(DeltaConfig, Numerics) {
+  EXPECT_EQ(parse("{" GDN_BASE "}").numerics, gattn::numerics::exact);
+  EXPECT_EQ(parse("{" GDN_BASE R"(, "numerics": "exact"})").numerics, gattn::numerics::exact);
+  EXPECT_EQ(parse("{" GDN_BASE R"(, "numerics": "fast"})").numerics, gattn::numerics::fast);
+  EXPECT_EQ(parse("{" KDA_BASE R"(, "numerics": "fast"})").numerics, gattn::numerics::fast);
+}
+
 TEST(DeltaConfig, KvCacheDtypeF32IsAccepted) {
   EXPECT_NO_THROW(parse("{" GDN_BASE R"(, "kv_cache_dtype": "f32"})"));
   EXPECT_NO_THROW(parse("{" KDA_BASE R"(, "kv_cache_dtype": null})"));
@@ -197,6 +205,9 @@ INSTANTIATE_TEST_SUITE_P(
         refusal{"{" GDN_BASE R"(, "kv_cache_dtype": "bf16"})", "'kv_cache_dtype'=\"bf16\" does not apply to a delta-rule layer"},
         refusal{"{" KDA_BASE R"(, "kv_cache_dtype": "f16"})", "'kv_cache_dtype'=\"f16\" does not apply"},
         refusal{"{" KDA_BASE R"(, "kv_cache_dtype": "fp8"})", "'kv_cache_dtype'=\"fp8\" must be f32, bf16 or f16"},
+        refusal{"{" GDN_BASE R"(, "numerics": "approx"})", "'numerics'=\"approx\" must be exact or fast"},
+        refusal{"{" KDA_BASE R"(, "numerics": 1})", "numerics"},
+        refusal{"{" GDN_BASE R"(, "kv_numerics": "fast"})", "'kv_numerics' is a key of the softmax attention layers"},
         // wrong types and values
         refusal{R"({"attention": "mamba", "hidden_size": 64})", "'attention'=\"mamba\" must be gated_deltanet or kda"},
         refusal{R"({"attention": 3, "hidden_size": 64})", "'attention' must be a string"},
@@ -221,7 +232,7 @@ TEST(DeltaConfig, GattnConfigGivesADeltaConfig) {
 TEST(DeltaConfig, EveryDocumentedKeyIsAccepted) {
   EXPECT_NO_THROW(parse(R"({"attention": "gated_deltanet", "hidden_size": 64, "num_key_heads": 2, "num_value_heads": 4,
                             "key_head_dim": 16, "value_head_dim": 8, "conv_kernel": 4, "rms_norm_eps": 1e-6,
-                            "kv_cache_dtype": "f32"})"));
+                            "kv_cache_dtype": "f32", "numerics": "fast"})"));
   EXPECT_NO_THROW(parse(R"({"attention": "kda", "hidden_size": 64, "num_key_heads": 2, "num_value_heads": 2,
                             "key_head_dim": 16, "value_head_dim": 8, "conv_kernel": 4, "rms_norm_eps": 1e-6,
                             "kv_cache_dtype": "f32", "decay": "lower_bound", "decay_lower_bound": -2.5,

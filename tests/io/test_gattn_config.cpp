@@ -101,6 +101,8 @@ INSTANTIATE_TEST_SUITE_P(
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": "fp8"})", "'kv_cache_dtype'=\"fp8\" must be f32, bf16 or f16"},
                       refusal{R"({)" GQA_BASE R"(, "kv_cache_dtype": 16})", "kv_cache_dtype"},
                       refusal{R"({)" GQA_BASE R"(, "kv_numerics": "approx"})", "'kv_numerics'=\"approx\" must be exact or fast"},
+                      refusal{R"({)" GQA_BASE R"(, "numerics": "bf16"})", "'numerics'=\"bf16\" must be exact or fast"},
+                      refusal{R"({)" GQA_BASE R"(, "numerics": true})", "numerics"},
                       refusal{R"({)" GQA_BASE R"(, "gate": {"position": "G1", "granularity": "headwise", "gate_rounding": "f16"}})", "'gate_rounding'=\"f16\" must be none or bf16"},
                       refusal{R"({)" GQA_BASE R"(, "attention_bias": "no"})", "attention_bias"}));
 
@@ -112,6 +114,28 @@ TEST(GattnConfig, KvNumerics) {
       R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16,
           "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "kv_numerics": "fast"})")));
   EXPECT_EQ(m.kv_numerics, gattn::kv_numerics::fast);
+}
+
+// `numerics` (docs/spec.md §10): exact by default, fast on request, for both softmax families and the
+// delta-rule layers, and independent of kv_numerics.
+TEST(GattnConfig, Numerics) {
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(})").numerics, gattn::numerics::exact);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "numerics": "exact"})").numerics, gattn::numerics::exact);
+  const auto g = gqa(R"({)" GQA_BASE R"(, "numerics": "fast"})");
+  EXPECT_EQ(g.numerics, gattn::numerics::fast);
+  EXPECT_EQ(g.kv_numerics, gattn::kv_numerics::exact);
+  EXPECT_EQ(gqa(R"({)" GQA_BASE R"(, "numerics": null})").numerics, gattn::numerics::exact);
+  const auto m = std::get<gattn::mla_config>(parse_gattn_config(json::parse(
+      R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4, "qk_nope_head_dim": 16,
+          "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "numerics": "fast"})")));
+  EXPECT_EQ(m.numerics, gattn::numerics::fast);
+  EXPECT_EQ(m.kv_numerics, gattn::kv_numerics::exact);
+  const auto d = std::get<gattn::delta_config>(parse_gattn_config(json::parse(
+      R"({"attention": "gated_deltanet", "hidden_size": 64, "num_key_heads": 2, "num_value_heads": 4,
+          "key_head_dim": 16, "value_head_dim": 8, "numerics": "fast"})")));
+  EXPECT_EQ(d.numerics, gattn::numerics::fast);
+  EXPECT_STREQ(gattn::to_string(gattn::numerics::fast), "fast");
+  EXPECT_STREQ(gattn::to_string(gattn::numerics::exact), "exact");
 }
 
 TEST(GattnConfig, KvCacheDtypeAndGateRounding) {
@@ -135,6 +159,7 @@ TEST(GattnConfig, EveryDocumentedKeyIsAccepted) {
       "num_key_value_heads": 2, "head_dim": 16, "qk_norm": "rms", "rms_norm_eps": 1e-5, "rope_theta": 1e4,
       "partial_rotary_factor": 0.5, "rope_style": "neox", "causal": true, "attention_bias": true,
       "output_norm": null, "attention_scale": 0.2, "kv_cache_dtype": "f16", "sliding_window": null,
+      "kv_numerics": "fast", "numerics": "fast",
       "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 64,
                        "beta_fast": 32, "beta_slow": 1, "mscale": 1, "mscale_all_dim": 1, "attention_factor": 1,
                        "truncate": false},
@@ -143,7 +168,7 @@ TEST(GattnConfig, EveryDocumentedKeyIsAccepted) {
   EXPECT_NO_THROW(parse_gattn_config(json::parse(R"({"attention": "mla", "hidden_size": 64, "num_attention_heads": 4,
       "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 16,
       "rms_norm_eps": 1e-6, "rope_theta": 1e4, "rope_style": "interleaved", "causal": true, "attention_bias": false,
-      "attention_scale": 0.2, "kv_cache_dtype": "bf16"})")));
+      "attention_scale": 0.2, "kv_cache_dtype": "bf16", "kv_numerics": "exact", "numerics": "exact"})")));
 }
 
 // Every vector's config (file and safetensors metadata) still parses.

@@ -388,6 +388,44 @@ TEST(Cli, CheckToleranceFollowsTheCacheDtype) {
   EXPECT_EQ(given.status, 0) << given.err;
 }
 
+// `--numerics fast` (or the config's `numerics`) runs the projections in bf16 operands, and --check's
+// default tolerance becomes docs/spec.md §10's fast one, 1e-2. delta_gdn has 130 tokens: its prefill
+// takes the bf16 GEMM; --numerics exact overrides a config's fast.
+TEST(Cli, NumericsFastChecksAtTheFastTolerance) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  for (const char* name : {"delta_gdn", "delta_kda", "gqa_plain", "mla_gated"}) {
+    const std::string st = test::data_path(std::string(name) + ".safetensors");
+    const std::string base = "run --check --quiet --config '" + test::data_path(std::string(name) + ".config.json") +
+                             "' --weights '" + st + "' --input '" + st + "' ";
+    const std::string decode = std::string(name).rfind("delta", 0) == 0 ? " --decode-from 100" : " --decode-from 5";
+    for (const std::string& feed : {std::string(), decode}) {
+      const auto fast = run_cli(base + "--numerics fast" + feed);
+      EXPECT_EQ(fast.status, 0) << name << feed << ": " << fast.out << fast.err;
+      EXPECT_THAT(fast.out, ::testing::HasSubstr(" tol=0.01 ok")) << name << feed;
+    }
+    const auto exact = run_cli(base + "--numerics exact");
+    EXPECT_EQ(exact.status, 0) << name << ": " << exact.err;
+    EXPECT_THAT(exact.out, ::testing::HasSubstr(" tol=0.0001 ok")) << name;
+  }
+  std::ifstream in(test::data_path("delta_gdn.config.json"));
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["numerics"] = "fast";
+  const fs::path cfg = scratch_dir() / "delta_gdn_fast.config.json";
+  std::ofstream(cfg) << j.dump();
+  const std::string st = test::data_path("delta_gdn.safetensors");
+  const std::string base = "run --check --quiet --config '" + cfg.string() + "' --weights '" + st + "' --input '" + st + "'";
+  const auto from_config = run_cli(base);
+  EXPECT_EQ(from_config.status, 0) << from_config.err;
+  EXPECT_THAT(from_config.out, ::testing::HasSubstr(" tol=0.01 ok"));
+  const auto overridden = run_cli(base + " --numerics exact");
+  EXPECT_EQ(overridden.status, 0) << overridden.err;
+  EXPECT_THAT(overridden.out, ::testing::HasSubstr(" tol=0.0001 ok"));
+  const auto bad = run_cli(base + " --numerics bf16");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_THAT(bad.err, ::testing::HasSubstr("--numerics must be exact or fast"));
+  EXPECT_THAT(run_cli("run --help").out, ::testing::HasSubstr("--numerics M"));
+}
+
 // A hybrid model's config does not say which layer to run: the weights' one layer does, else the
 // run is refused; --prefix naming a layer picks it.
 TEST(Cli, RunOnAHybridModelTakesTheLayerFromTheWeights) {

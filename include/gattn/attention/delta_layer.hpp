@@ -71,7 +71,7 @@ class delta_layer {
     prepare_rows(N, ws);
     run_kernel(cu_seqlens, batch, states, ws, exec);
     gate_rows(N, ws, stats);
-    out_.apply(ws.gated.data(), N, plan_.v_width, y.data, y.row_stride, exec, ws.workers());
+    out_.apply(ws.gated.data(), N, plan_.v_width, y.data, y.row_stride, cfg_.numerics, exec, ws.workers());
     for (index s = 0; s < batch; ++s) states[s].advance(cu_seqlens[s + 1] - cu_seqlens[s]);
     if (stats)
       for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
@@ -238,11 +238,13 @@ class delta_layer {
   // Every projection of the call's rows: P, then KDA's f_b (the decay's input) and g_b (low rank).
   void project(matrix_view<const float> x, index N, layer_workspace& ws, const execution_context& exec) const {
     float* P = ws.projections.data();
-    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
+    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, cfg_.numerics, exec, ws.workers());
     if (!kda()) return;
-    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, exec, ws.workers());
+    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, cfg_.numerics, exec,
+                   ws.workers());
     if (cfg_.gate == gate_source::low_rank)
-      gate_b_.apply(P + plan_.col_gate, N, plan_.n_cols, ws.gate_scores.data(), plan_.v_width, exec, ws.workers());
+      gate_b_.apply(P + plan_.col_gate, N, plan_.n_cols, ws.gate_scores.data(), plan_.v_width, cfg_.numerics, exec,
+                    ws.workers());
   }
 
   void convolve(float* rows, index n, const delta_sequence& state, layer_workspace& ws) const {

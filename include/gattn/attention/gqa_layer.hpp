@@ -211,18 +211,18 @@ class gqa_layer {
     fit_workspace(ws, N, batch, stats != nullptr);  // before any cache changes: growing may throw
     fit_worker_scratch(ws, cu, batch, exec.concurrency());
     float* P = ws.projections.data();
-    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
+    qkvg_.apply(x.data, N, x.row_stride, P, plan_.n_cols, cfg_.numerics, exec, ws.workers());
     gate_scores u;
     if (plan_.gated) {
       u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores,
-                              exec, ws.workers());
+                              exec, ws.workers(), cfg_.numerics);
       if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
     }
     pre_sdpa_gates(P, N, u);
     norm_and_rope(P, cu, batch, caches, ws);
     store_keys_and_values(P, cu, batch, caches);
     attend(P, cu, batch, caches, u, ws, exec, stats);
-    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride, exec, ws.workers());
+    o_.apply(ws.gated.data(), N, plan_.q_width, y.data, y.row_stride, cfg_.numerics, exec, ws.workers());
     if (plan_.gate_at(gate_position::g5))
       apply_gate_rows(y.data, N, y.row_stride, 0, plan_.gate, u, cfg_.gate.activation, cfg_.gate.combine);
     if (stats)

@@ -123,7 +123,7 @@ class mla_layer {
     prepare_call(cu_seqlens, batch, caches, ws, stats != nullptr);  // may throw: before any cache changes
     fit_worker_scratch(ws, cu_seqlens, batch, caches, exec.concurrency());
     float* P = ws.projections.data();
-    first_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
+    first_.apply(x.data, N, x.row_stride, P, plan_.n_cols, cfg_.numerics, exec, ws.workers());
     float* q = ws.scratch.data();  // [N, H, d_nope + d_rope]
     queries(P, N, q, ws, exec);
     latent_and_rope(P, q, cu_seqlens, batch, caches, ws);
@@ -131,12 +131,12 @@ class mla_layer {
     gate_scores u;
     if (cfg_.gate.enabled) {
       u = resolve_gate_scores(cfg_.gate, plan_.gate, P + plan_.col_extra, plan_.n_cols, N, gate_b_, ws.gate_scores,
-                              exec, ws.workers());
+                              exec, ws.workers(), cfg_.numerics);
       if (stats) observe_gate_values(cfg_.gate, plan_.gate, u, N, ws, *stats);
     }
     attend(q, cu_seqlens, batch, caches, u, ws, exec, stats);
     post_sdpa_gate(cu_seqlens, batch, u, ws, stats);
-    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, exec, ws.workers());
+    o_.apply(ws.gated.data(), N, cfg_.heads * cfg_.v_head_dim, y.data, y.row_stride, cfg_.numerics, exec, ws.workers());
     if (stats)
       for (index t = 0; t < N; ++t) stats->add_output(y.row(t), cfg_.hidden);
   }
@@ -312,7 +312,7 @@ class mla_layer {
     const index HQ = cfg_.heads * qk(), stride = plan_.n_cols;
     if (cfg_.q_lora_rank > 0) {
       for (index t = 0; t < N; ++t) rms_norm(P + t * stride, q_a_norm_.data(), cfg_.q_lora_rank, float(cfg_.rms_norm_eps), false);
-      q_b_.apply(P, N, stride, q, HQ, exec, ws.workers());
+      q_b_.apply(P, N, stride, q, HQ, cfg_.numerics, exec, ws.workers());
     } else {
       for (index t = 0; t < N; ++t) std::copy_n(P + t * stride, HQ, q + t * HQ);
     }
@@ -424,7 +424,7 @@ class mla_layer {
     // Per head on the calling thread: the heads' maps are small.
     static const execution_context serial = execution_context::serial();
     for (index h = 0; h < H; ++h)
-      w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, serial, ws.workers());
+      w_uv_[std::size_t(h)].apply(p.out + h * dc, p.t_q, H * dc, o + h * dv, H * dv, cfg_.numerics, serial, ws.workers());
     if (stats) observe_first_token_attention(p, *stats);
   }
 
@@ -439,7 +439,7 @@ class mla_layer {
     for (index j = 0; j < t_k; ++j) cache.widen_key(j, latent + j * L);
     float* kv = ws.attention.data();   // [T_k, H, d_nope + d_v]
     float* keys = kv + t_k * kv_cols;  // [T_k, H, d_nope + d_rope]
-    kv_b_.apply(latent, t_k, L, kv, kv_cols, exec, ws.workers());
+    kv_b_.apply(latent, t_k, L, kv, kv_cols, cfg_.numerics, exec, ws.workers());
     for (index j = 0; j < t_k; ++j)
       for (index h = 0; h < H; ++h) {
         float* kh = keys + (j * H + h) * Q;

@@ -77,6 +77,10 @@ enum class storage_type { f32, bf16, f16 };
 /// docs/spec.md §10: `exact` widens stored K/V to fp32 for every product; `fast` may also round scale·q and
 /// the probabilities to the cache type to use dot-product instructions (fp32 accumulation still).
 enum class kv_numerics { exact, fast };
+/// docs/spec.md §10: a layer's `numerics`. `exact` computes from the stored operands (fp32 accumulation);
+/// `fast` lets the projection GEMMs round x and the weights to bf16 (fp32 accumulation, within
+/// 1e-2·max|y|). The same enum chooses a linear_map's arithmetic (gemm_numerics).
+enum class numerics { exact, fast };
 /// docs/spec.md §10: `bf16` reproduces an unfused bf16 `o * sigmoid(u)` bit for bit (Kimi K3 serving).
 enum class gate_rounding { none, bf16 };
 
@@ -130,6 +134,10 @@ struct gqa_config {
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
+  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
+  /// has more rows than the small GEMM takes (prefill); the attention kernel and the KV cache stay as
+  /// exact as kv_numerics says (docs/spec.md §10).
+  gattn::numerics numerics = gattn::numerics::exact;
 
   index group_size() const { return q_heads / kv_heads; }
   double scale() const { return attention_scale > 0 ? attention_scale : 1.0 / std::sqrt(double(head_dim)); }
@@ -151,6 +159,10 @@ struct mla_config {
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
+  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
+  /// has more rows than the small GEMM takes (prefill); the attention kernel and the KV cache stay as
+  /// exact as kv_numerics says (docs/spec.md §10).
+  gattn::numerics numerics = gattn::numerics::exact;
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   double scale() const {
@@ -182,6 +194,10 @@ struct delta_config {
   /// KDA's output-gate scores: `separate` (g_proj, full rank) or `low_rank` (g_a_proj → g_b_proj).
   gate_source gate = gate_source::separate;
   index gate_rank = 0;  ///< low_rank: inner width; 0 = read from g_a_proj's shape
+  /// config key numerics: `fast` runs the projections (in_proj, KDA's f/g low-rank maps, out_proj) in bf16
+  /// operands (fp32 accumulation) where a call has more rows than the small GEMM takes (prefill); the
+  /// convolution, the delta-rule kernel and the state stay exact fp32 (docs/spec.md §10, §13).
+  gattn::numerics numerics = gattn::numerics::exact;
 
   index group_size() const { return value_heads / key_heads; }
   /// q is read as q / sqrt(D_k).
@@ -239,6 +255,7 @@ inline const char* to_string(storage_type t) {
   return t == storage_type::f32 ? "f32" : t == storage_type::bf16 ? "bf16" : "f16";
 }
 inline const char* to_string(kv_numerics n) { return n == kv_numerics::exact ? "exact" : "fast"; }
+inline const char* to_string(numerics n) { return n == numerics::exact ? "exact" : "fast"; }
 inline const char* to_string(gate_rounding r) { return r == gate_rounding::none ? "none" : "bf16"; }
 inline const char* to_string(delta_kind k) { return k == delta_kind::gated_deltanet ? "gated_deltanet" : "kda"; }
 inline const char* to_string(decay_form d) { return d == decay_form::softplus ? "softplus" : "lower_bound"; }

@@ -14,7 +14,8 @@ GATTN_NAMESPACE_BEGIN namespace io::detail {
 inline const std::vector<const char*>& delta_common_keys() {
   static const std::vector<const char*> keys = {"attention",     "hidden_size",    "num_key_heads",
                                                 "num_value_heads", "key_head_dim", "value_head_dim",
-                                                "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype"};
+                                                "conv_kernel",   "rms_norm_eps",   "kv_cache_dtype",
+                                                "numerics"};
   return keys;
 }
 /// Keys only a KDA layer reads; in a gated_deltanet config they are refused as such.
@@ -36,6 +37,11 @@ inline std::vector<const char*> delta_keys(delta_kind kind) {
   std::vector<const char*> keys = delta_common_keys();
   if (kind == delta_kind::kda) keys.insert(keys.end(), kda_only_keys().begin(), kda_only_keys().end());
   return keys;
+}
+
+/// The key `numerics` every layer family reads (docs/spec.md §9, §10): exact (the default) or fast.
+inline gattn::numerics parse_numerics(const json& obj, const std::string& where) {
+  return get_enum(obj, "numerics", where, {gattn::numerics::exact, gattn::numerics::fast}, gattn::numerics::exact);
 }
 
 /// `kv_cache_dtype` is read only to refuse a low-precision state: the recurrent and conv states are
@@ -82,7 +88,8 @@ inline void parse_kda_keys(const json& j, const std::string& w, delta_config& c)
 }
 
 /// Reads a delta-rule layer's gattn config (docs/spec.md §13): `attention` (gated_deltanet | kda,
-/// required), the sizes, `conv_kernel` (default 4), `rms_norm_eps` (default 1e-6), and for KDA
+/// required), the sizes, `conv_kernel` (default 4), `rms_norm_eps` (default 1e-6), `numerics`
+/// (exact | fast, default exact), and for KDA
 /// `decay` (default softplus), `decay_lower_bound` and `gate`. Unknown keys, keys of the softmax
 /// layers or (in a gated_deltanet config) of KDA, wrong types and values validate() refuses are
 /// config_errors naming the key.
@@ -108,6 +115,7 @@ inline delta_config parse_delta_config(const nlohmann::json& j) {
   c.value_head_dim = get_index(j, "value_head_dim", w);
   c.conv_kernel = get_index(j, "conv_kernel", w, 4);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  c.numerics = parse_numerics(j, w);
   if (c.kind == delta_kind::kda) parse_kda_keys(j, w, c);
   validate(c);
   return c;

@@ -32,7 +32,7 @@ inline std::vector<const char*> with_common_keys(const std::vector<const char*>&
   std::vector<const char*> keys = {"attention",    "hidden_size",    "num_attention_heads", "rms_norm_eps",
                                    "rope_theta",   "rope_style",     "rope_scaling",        "causal",
                                    "attention_bias", "attention_scale", "kv_cache_dtype",   "gate",
-                                   "sliding_window", "kv_numerics"};
+                                   "sliding_window", "kv_numerics",     "numerics"};
   keys.insert(keys.end(), own.begin(), own.end());
   return keys;
 }
@@ -148,6 +148,7 @@ inline void refuse_unknown_gattn_keys(const nlohmann::json& j, const std::string
 struct shared_settings {
   storage_type kv_cache_type = storage_type::f32;
   kv_numerics numerics = kv_numerics::exact;
+  gattn::numerics layer_numerics = gattn::numerics::exact;  ///< key `numerics`: the projections' arithmetic
   rope_scaling_config scaling;
   gate_config gate;
 };
@@ -158,6 +159,7 @@ inline shared_settings parse_shared_settings(const nlohmann::json& j, const std:
   shared_settings s;
   s.kv_cache_type = get_enum(j, "kv_cache_dtype", w, storage_types, storage_type::f32);
   s.numerics = get_enum(j, "kv_numerics", w, {kv_numerics::exact, kv_numerics::fast}, kv_numerics::exact);
+  s.layer_numerics = parse_numerics(j, w);
   gattn::detail::require<config_error>(!has(j, "sliding_window"), w, ": 'sliding_window' is not implemented");
   if (has(j, "rope_scaling")) s.scaling = parse_rope_scaling(j.at("rope_scaling"), w);
   if (has(j, "gate")) s.gate = parse_gate(j.at("gate"));
@@ -191,6 +193,7 @@ inline gqa_config parse_gqa_config(const nlohmann::json& j, const std::string& w
   c.gate = s.gate;
   c.kv_cache_type = s.kv_cache_type;
   c.kv_numerics = s.numerics;
+  c.numerics = s.layer_numerics;
   validate(c);
   return c;
 }
@@ -214,6 +217,7 @@ inline mla_config parse_mla_config(const nlohmann::json& j, const std::string& w
   c.gate = s.gate;
   c.kv_cache_type = s.kv_cache_type;
   c.kv_numerics = s.numerics;
+  c.numerics = s.layer_numerics;
   validate(c);
   return c;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gattn/core/config.hpp"
 #include "gattn/core/cpu.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/execution.hpp"
@@ -24,7 +25,8 @@ GATTN_NAMESPACE_BEGIN
 /// How a linear_map's cache-blocked GEMM computes: `exact` takes x and the weights as they are;
 /// `fast` rounds both to bf16 (fp32 accumulation, vdpbf16ps where the build has AVX512-BF16),
 /// about twice the throughput, within the `fast` tolerance of docs/spec.md §10 (1e-2·max|y|).
-enum class gemm_numerics { exact, fast };
+/// The layers' config field `numerics` (core/config.hpp) is this enum, passed on unchanged.
+using gemm_numerics = gattn::numerics;
 
 /// Rows [first, first + count) of `weight` (count < 0: to the last row), with the same rows of an
 /// optional bias. A linear map's output columns are its segments in order.

@@ -117,6 +117,7 @@ class tp_layer {
     if (!g.enabled || g.position != gate_position::g5) return;
     g5_ = g;
     g5_shape_ = shape_of_gate(c);
+    g5_numerics_ = c.numerics;
     const index d = c.hidden;
     if (g.source == gate_source::low_rank) {
       g5_in_ = make_linear(w.get("g_a_proj.weight", {g.rank, d}), w.find("g_a_proj.bias", {g.rank}));
@@ -138,9 +139,10 @@ class tp_layer {
     if (!g5_.enabled) return;
     layer_workspace ws;
     layer_workspace::fit(ws.projections, x.rows * g5_in_.out());
-    g5_in_.apply(x.data, x.rows, x.row_stride, ws.projections.data(), g5_in_.out());
+    g5_in_.apply(x.data, x.rows, x.row_stride, ws.projections.data(), g5_in_.out(), g5_numerics_);
     const gate_scores u =
-        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws.gate_scores);
+        resolve_gate_scores(g5_, g5_shape_, ws.projections.data(), g5_in_.out(), x.rows, g5_b_, ws.gate_scores, {}, {},
+                            g5_numerics_);
     apply_gate_rows(y.data, y.rows, y.row_stride, 0, g5_shape_, u, g5_.activation, g5_.combine);
   }
 
@@ -150,6 +152,7 @@ class tp_layer {
   gate_config g5_;  ///< enabled only for a G5 gate
   gate_shape g5_shape_;
   linear_map g5_in_, g5_b_;
+  gemm_numerics g5_numerics_ = gemm_numerics::exact;  ///< the layer's numerics, for the G5 projections
 };
 
 GATTN_NAMESPACE_END  // namespace gattn
