@@ -1,7 +1,7 @@
 // Whole-layer benchmarks of the gated delta-rule layers (docs/performance.md, delta-rule shapes):
 // layer/L1P_gdn (a Qwen3-Next linear-attention layer, d 2048, H_k 16, H_v 32, D_k = D_v = 128, bf16
-// weights, prefill T = 4096), layer/L1P_gdn_fast (the same with numerics = fast: bf16-operand
-// projections) and layer/L1D_gdn (one decode step of that layer), t:1 and t:2.
+// weights, prefill T = 4096), layer/L1P_gdn_fast (the same with numerics = fast: out_proj in bf16
+// operands) and layer/L1D_gdn (one decode step of that layer), t:1 and t:2.
 // Counters: tokens_per_s; GFLOPS = the projections (2 per weight) plus the delta rule counted as the
 // chunked form does it; L1D's GBps = the bf16 weights and the state read and written once.
 #include <benchmark/benchmark.h>

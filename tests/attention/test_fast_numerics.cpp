@@ -76,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, FastNumericsVectors, ::testing::ValuesIn(softmax
 
 class FastNumericsDeltaVectors : public ::testing::TestWithParam<std::string> {};
 
-// Four of these cases have more than 64 tokens: their projections take the bf16 GEMM.
+// Four of these cases have more than 64 tokens: their output projections take the bf16 GEMM (a delta-rule
+// layer keeps its input projection exact, delta_config::numerics).
 TEST_P(FastNumericsDeltaVectors, DeltaLayersMatchTheVector) {
   const auto c = test::load_delta_case(GetParam());
   const any_layer layer(with_numerics(c.config, numerics::fast), c.weights);

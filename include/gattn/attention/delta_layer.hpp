@@ -238,10 +238,10 @@ class delta_layer {
   // Every projection of the call's rows: P, then KDA's f_b (the decay's input) and g_b (low rank).
   void project(matrix_view<const float> x, index N, layer_workspace& ws, const execution_context& exec) const {
     float* P = ws.projections.data();
-    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, cfg_.numerics, exec, ws.workers());
+    // Exact under either numerics (delta_config::numerics): P feeds the delta rule.
+    proj_.apply(x.data, N, x.row_stride, P, plan_.n_cols, exec, ws.workers());
     if (!kda()) return;
-    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, cfg_.numerics, exec,
-                   ws.workers());
+    decay_b_.apply(P + plan_.col_fa, N, plan_.n_cols, ws.decay.data(), plan_.decay_width, exec, ws.workers());
     if (cfg_.gate == gate_source::low_rank)
       gate_b_.apply(P + plan_.col_gate, N, plan_.n_cols, ws.gate_scores.data(), plan_.v_width, cfg_.numerics, exec,
                     ws.workers());

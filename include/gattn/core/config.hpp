@@ -194,9 +194,11 @@ struct delta_config {
   /// KDA's output-gate scores: `separate` (g_proj, full rank) or `low_rank` (g_a_proj → g_b_proj).
   gate_source gate = gate_source::separate;
   index gate_rank = 0;  ///< low_rank: inner width; 0 = read from g_a_proj's shape
-  /// config key numerics: `fast` runs the projections (in_proj, KDA's f/g low-rank maps, out_proj) in bf16
-  /// operands (fp32 accumulation) where a call has more rows than the small GEMM takes (prefill); the
-  /// convolution, the delta-rule kernel and the state stay exact fp32 (docs/spec.md §10, §13).
+  /// config key numerics: `fast` runs the output projection (o_proj / out_proj) and KDA's g_b_proj in bf16
+  /// operands (fp32 accumulation) where a call has more rows than the small GEMM takes (prefill). The
+  /// input projections (q, k, v, gate input, β, decay), the convolution, the delta rule and the state
+  /// stay exact: a bf16 k or v passes through the rule's erase term v − Sᵀk, and on the strong-decay
+  /// vectors that missed docs/spec.md §10's 1e-2·max|y| by 3-5x (§13).
   gattn::numerics numerics = gattn::numerics::exact;
 
   index group_size() const { return value_heads / key_heads; }
