@@ -174,6 +174,23 @@ inline double parse_attention_scale(const nlohmann::json& j, const std::string& 
   return scale;
 }
 
+/// The fields GQA and MLA configs read alike: norm epsilon, rope (theta, style with the family's
+/// default, scaling), causality, scale, gate, cache type and both numerics.
+template <class Config>
+void read_common_fields(Config& c, const nlohmann::json& j, const std::string& w, const shared_settings& s,
+                        const char* default_rope_style) {
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  c.rope.theta = get_double(j, "rope_theta", w, 10000.0);
+  c.rope.style = parse_rope_style(get_string(j, "rope_style", w, default_rope_style));
+  c.rope.scaling = s.scaling;
+  c.causal = get_bool(j, "causal", w, true);
+  c.attention_scale = parse_attention_scale(j, w);
+  c.gate = s.gate;
+  c.kv_cache_type = s.kv_cache_type;
+  c.kv_numerics = s.numerics;
+  c.numerics = s.layer_numerics;
+}
+
 inline gqa_config parse_gqa_config(const nlohmann::json& j, const std::string& w, const shared_settings& s) {
   gqa_config c;
   c.hidden = get_index(j, "hidden_size", w);
@@ -182,18 +199,9 @@ inline gqa_config parse_gqa_config(const nlohmann::json& j, const std::string& w
   c.head_dim = get_index(j, "head_dim", w);
   c.qk_norm = parse_norm(get_string(j, "qk_norm", w, ""), "qk_norm");
   c.output_norm = parse_norm(get_string(j, "output_norm", w, ""), "output_norm");
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
+  read_common_fields(c, j, w, s, "neox");
   c.partial_rotary_factor = get_double(j, "partial_rotary_factor", w, 1.0);
-  c.rope.theta = get_double(j, "rope_theta", w, 10000.0);
-  c.rope.style = parse_rope_style(get_string(j, "rope_style", w, "neox"));
-  c.rope.scaling = s.scaling;
   c.rope.rotary_dim = rotary_width(c.head_dim, c.partial_rotary_factor);
-  c.causal = get_bool(j, "causal", w, true);
-  c.attention_scale = parse_attention_scale(j, w);
-  c.gate = s.gate;
-  c.kv_cache_type = s.kv_cache_type;
-  c.kv_numerics = s.numerics;
-  c.numerics = s.layer_numerics;
   validate(c);
   return c;
 }
@@ -207,17 +215,8 @@ inline mla_config parse_mla_config(const nlohmann::json& j, const std::string& w
   c.v_head_dim = get_index(j, "v_head_dim", w);
   c.kv_lora_rank = get_index(j, "kv_lora_rank", w);
   c.q_lora_rank = get_index(j, "q_lora_rank", w, 0);
-  c.rms_norm_eps = get_double(j, "rms_norm_eps", w, 1e-6);
-  c.rope.theta = get_double(j, "rope_theta", w, 10000.0);
-  c.rope.style = parse_rope_style(get_string(j, "rope_style", w, "interleaved"));
-  c.rope.scaling = s.scaling;
+  read_common_fields(c, j, w, s, "interleaved");
   c.rope.rotary_dim = c.qk_rope_head_dim;
-  c.causal = get_bool(j, "causal", w, true);
-  c.attention_scale = parse_attention_scale(j, w);
-  c.gate = s.gate;
-  c.kv_cache_type = s.kv_cache_type;
-  c.kv_numerics = s.numerics;
-  c.numerics = s.layer_numerics;
   validate(c);
   return c;
 }
