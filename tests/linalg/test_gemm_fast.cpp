@@ -78,7 +78,7 @@ TEST(LinalgGemmFast, EveryRowCountMeetsTheFastToleranceAndTheEnginesAgree) {
 }
 
 /// linear_map over bf16 weights: `fast` with 3-64 rows is gemm_fast_packed (the engine core/cpu.hpp
-/// picks), `exact` is still the exact small GEMM, bit for bit.
+/// picks), and `exact` stays within fp32 rounding of double (test_linear_map.cpp checks its bits).
 TEST(LinalgGemmFast, LinearMapRunsItForFastAndKeepsExact) {
   const index in = 129, out = 70;
   const stored_weight w(storage_type::bf16, out, in, 0, 5);
@@ -86,17 +86,19 @@ TEST(LinalgGemmFast, LinearMapRunsItForFastAndKeepsExact) {
   const bool dots = bf16_dot_products_wanted();
   for (index rows : {3, 4, 17, 32, 63, 64}) {
     const auto x = random_vector(std::size_t(rows * in), unsigned(rows));
-    std::vector<float> fast(std::size_t(rows * out)), exact(fast.size()), want_fast(fast.size()), want_exact(fast.size());
+    std::vector<float> fast(std::size_t(rows * out)), exact(fast.size()), want_fast(fast.size());
     map.apply(x.data(), rows, in, fast.data(), out, gemm_numerics::fast);
     map.apply(x.data(), rows, in, exact.data(), out, gemm_numerics::exact);
     if (dots)
       detail::gemm_fast_rows<default_arch>(w.view().data(), in * 2, out, x.data(), in, rows, in, want_fast.data(), out);
     else
       detail::gemm_fast_rows<default_arch, false>(w.view().data(), in * 2, out, x.data(), in, rows, in, want_fast.data(), out);
-    detail::gemm_rows<default_arch>(storage_type::bf16, w.view().data(), in * 2, out, x.data(), in, rows, in,
-                                    want_exact.data(), out);
     EXPECT_EQ(std::memcmp(fast.data(), want_fast.data(), fast.size() * sizeof(float)), 0) << "fast, rows " << rows;
-    EXPECT_EQ(std::memcmp(exact.data(), want_exact.data(), exact.size() * sizeof(float)), 0) << "exact, rows " << rows;
+    for (index m = 0; m < rows; ++m)
+      for (index n = 0; n < out; ++n) {
+        const auto d = reference_dot(in, [&](index k) { return w.view().at(n, k); }, x.data() + m * in);
+        ASSERT_NEAR(exact[std::size_t(m * out + n)], d.sum, 3e-6 * d.magnitude + 1e-30) << "exact, rows " << rows;
+      }
   }
 }
 
