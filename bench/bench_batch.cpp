@@ -2,8 +2,10 @@
 // B sequences of the L1 layer (Qwen3-Next full attention, fused_q elementwise gate) with one new
 // token each, in one gqa_layer::step. Contexts are spread over 512-4096 (the midpoints of B equal slices, so every B
 // has the same mean context, 2304); fp32 weights and caches, or (`_bf16`) bf16 weights used in
-// place and bf16 caches. Counters: tokens_per_s and GFLOPS (projections + attention, 2 per
-// multiply-add).
+// place and bf16 caches; BD32 also runs `_bf16_fast`: the bf16 layer with numerics = fast and
+// kv_numerics = fast (docs/spec.md §10: bf16-operand projections, bf16 dot products over the cache).
+// Counters: tokens_per_s and GFLOPS (projections + attention, 2 per multiply-add; the same count
+// for every variant).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -31,13 +33,17 @@ using gattn_bench::normal;
 
 index context_of(index s, index batch) { return 512 + (4096 - 512) * (2 * s + 1) / (2 * batch); }
 
-void bm_batched_decode(benchmark::State& st, index batch, int threads, gattn::storage_type storage) {
+void bm_batched_decode(benchmark::State& st, index batch, int threads, gattn::storage_type storage, bool fast) {
 #ifdef _OPENMP
   omp_set_num_threads(threads);  // Eigen's GEMM inside the projections still uses OpenMP's team
 #endif
   const gattn::execution_context exec = gattn::execution_context::with_threads(threads);
   auto cfg = l1_g1_elementwise();
   cfg.kv_cache_type = storage;  // weights and cache alike: f32, or bf16 as a real checkpoint serves
+  if (fast) {
+    cfg.numerics = gattn::numerics::fast;
+    cfg.kv_numerics = gattn::kv_numerics::fast;
+  }
   const gattn::gqa_layer layer(cfg, gattn_bench::stored_as(l1_weights(cfg), storage));
   const index d = cfg.hidden;
   std::vector<gattn::kv_cache> caches;
@@ -76,9 +82,14 @@ int register_batched_decode() {
     for (index b : {index(1), index(8), index(32)})
       benchmark::RegisterBenchmark(("layer/BD" + std::to_string(b) + "/g1_elementwise" +
                                     (storage == gattn::storage_type::bf16 ? "_bf16" : "") + "/t:" + std::to_string(t)).c_str(),
-                                   bm_batched_decode, b, t, storage)
+                                   bm_batched_decode, b, t, storage, false)
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
+  for (int t : {1, 2})
+    benchmark::RegisterBenchmark(("layer/BD32/g1_elementwise_bf16_fast/t:" + std::to_string(t)).c_str(), bm_batched_decode,
+                                 index(32), t, gattn::storage_type::bf16, true)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/linalg/gemm.hpp"
+#include "gattn/linalg/gemm_fast.hpp"
 #include "gattn/linalg/gemv.hpp"
 #include "gattn/linalg/packed_gemm.hpp"
 #include "gattn/linalg/packed_gemm_fast.hpp"
@@ -87,8 +88,9 @@ class linear_map {
     apply(x, rows, x_stride, y, y_stride, gemm_numerics::exact, exec, scratch);
   }
 
-  /// apply() with a choice of numerics. `fast` changes only the cache-blocked GEMM (more rows than
-  /// the small GEMM takes); fewer rows compute exactly either way. Same scratch.
+  /// apply() with a choice of numerics. `fast` changes the cache-blocked GEMM (more rows than the
+  /// small GEMM takes) and the small GEMM over bf16 weights (gemm_fast.hpp); the GEMV (up to
+  /// gemv_rows rows) and the small GEMM over f32/f16 weights compute exactly either way. Same scratch.
   void apply(const float* x, index rows, index x_stride, float* y, index y_stride, gemm_numerics numerics,
              const execution_context& exec = execution_context{}, scratch_span scratch = {}) const {
     if (rows <= 0 || out_ == 0) return;
@@ -101,7 +103,7 @@ class linear_map {
     const detail::worker_scratch_layout layout = scratch_layout(rows, team.concurrency());
     std::vector<float> own;  // stays empty when `scratch` is large enough
     const detail::worker_scratch sc = detail::carve_workers(scratch, layout, own);
-    if (rows <= small_gemm_limit_) small_gemm(x, rows, x_stride, y, y_stride, team, sc.shared);
+    if (rows <= small_gemm_limit_) small_gemm(x, rows, x_stride, y, y_stride, team, sc.shared, numerics);
     else large_gemm(x, rows, x_stride, y, y_stride, team, layout.workers, sc, numerics);
   }
 
@@ -157,22 +159,30 @@ class linear_map {
     return l;
   }
 
-  /// The small GEMM, x packed into `packed_base` (scratch_layout's shared floats).
+  /// The small GEMM, x packed into `packed_base` (scratch_layout's shared floats). With `fast`, the
+  /// bf16 weights' copy of x (the `pairs` one) is x rounded to bf16 instead (gemm_fast_pack_x: it
+  /// takes no more floats), and their tiles run gemm_fast.hpp.
   void small_gemm(const float* x, index rows, index x_stride, float* y, index y_stride, const execution_context& team,
-                  float* packed_base) const {
+                  float* packed_base, gemm_numerics numerics) const {
+    const bool fast = numerics == gemm_numerics::fast, dot_products = fast && bf16_dot_products_wanted();
     const index per_order = detail::scratch_round(rows * detail::gemm_packed_stride(in_));
     float* p = packed_base;
     const float* packed[2] = {nullptr, nullptr};  // by detail::gemm_x_order
     for (detail::gemm_x_order o : {detail::gemm_x_order::natural, detail::gemm_x_order::pairs}) {
       if (!(o == detail::gemm_x_order::pairs ? has_pairs_ : has_natural_)) continue;
-      detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
+      if (fast && o == detail::gemm_x_order::pairs)
+        detail::gemm_fast_pack_x<default_arch>(x, x_stride, rows, in_, reinterpret_cast<std::uint16_t*>(p));
+      else
+        detail::gemm_pack_x<default_arch>(o, x, x_stride, rows, in_, p);
       packed[int(o)] = p;
       p += per_order;
     }
     team.parallel_for(index(gemv_tiles_.size()), [&](index i) {
       const tile& t = gemv_tiles_[std::size_t(i)];
       const storage_type type = parts_[std::size_t(t.part_index)].w.type();
-      small_gemm_tile(t, packed[int(detail::gemm_order_for(type))], rows, y, y_stride);
+      const float* xp = packed[int(detail::gemm_order_for(type))];
+      if (fast && type == storage_type::bf16) small_gemm_fast_tile(t, xp, rows, y, y_stride, dot_products);
+      else small_gemm_tile(t, xp, rows, y, y_stride);
     });
   }
 
@@ -227,6 +237,15 @@ class linear_map {
     const weight_view& w = parts_[std::size_t(t.part_index)].w;
     detail::gemm_packed<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, xp,
                                       rows, in_, y + tile_out(t), y_stride);
+    add_bias(t, rows, y, y_stride);
+  }
+
+  /// small_gemm_tile in `fast` numerics for a bf16 tile; xp: x packed by detail::gemm_fast_pack_x.
+  void small_gemm_fast_tile(const tile& t, const float* xp, index rows, float* y, index y_stride, bool dot_products) const {
+    const weight_view& w = parts_[std::size_t(t.part_index)].w;
+    detail::gemm_fast_packed_any<default_arch>(tile_rows(t), w.row_stride() * 2, t.count,
+                                               reinterpret_cast<const std::uint16_t*>(xp), rows, in_, y + tile_out(t),
+                                               y_stride, dot_products);
     add_bias(t, rows, y, y_stride);
   }
 
