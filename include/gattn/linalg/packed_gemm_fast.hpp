@@ -9,8 +9,11 @@
 #include <type_traits>
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/linalg/packed_gemm.hpp"
+#include "gattn/linalg/packed_gemm_bf16.hpp"
+#include "gattn/linalg/tile_engine.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
@@ -40,49 +43,6 @@ inline constexpr bool pgemm_native_bf16 =
 #else
     false;
 #endif
-
-/// bf16 values between the rows of W in the slot: an odd number of cache lines.
-inline constexpr index pgemm_w16_stride = pgemm_kc + 32;
-static_assert(pgemm_kc % 2 == 0, "k-blocks hold whole pairs");
-static_assert(pgemm_tile_cols * pgemm_w16_stride <= 2 * pgemm_tile_cols * pgemm_w_stride, "the bf16 W block fits the slot");
-
-/// Packs rows (<= pgemm_chunk) of x into xp as bf16 pairs: k-block from k0 at xp + k0 · rows_padded,
-/// its panel p at + p · MR · 2·kp (kp = its pairs), value (pair q, row r, half h) at + (q · MR + r)
-/// · 2 + h; padding rows and the odd block's last half are 0. Fits in pgemm_x_floats floats.
-template <class Arch>
-void pgemm_fast_pack_x(const float* x, index x_stride, index rows, index in, std::uint16_t* xp) noexcept {
-  constexpr index MR = pgemm_mr<Arch>;
-  const index rows_pad = pgemm_rows_padded<Arch>(rows);
-  for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
-    const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2;
-    for (index p = 0; p < rows_pad; p += MR) {
-      std::uint16_t* panel = xp + k0 * rows_pad + p * 2 * kp;
-      for (index r = 0; r < MR; ++r) {
-        const float* src = p + r < rows ? x + (p + r) * x_stride + k0 : nullptr;
-        for (index q = 0; q < kp; ++q) {
-          std::uint32_t pair = 0;  // the padding rows and half: +0
-          if (src) pair = round_to_bf16(src[2 * q]) | (2 * q + 1 < kb ? std::uint32_t(round_to_bf16(src[2 * q + 1])) << 16 : 0u);
-          std::memcpy(panel + (q * MR + r) * 2, &pair, sizeof pair);
-        }
-      }
-    }
-  }
-}
-
-/// The values [k0, k0 + kb) of the `count` W rows at w (dtype S) as bf16 into out (rows
-/// pgemm_w16_stride apart), a zero after an odd kb.
-template <storage_type S>
-void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k0, index kb, std::uint16_t* out) noexcept {
-  constexpr index E = S == storage_type::f32 ? 4 : 2;
-  for (index n = 0; n < count; ++n) {
-    const unsigned char* row = w + n * stride + k0 * E;
-    std::uint16_t* o = out + n * pgemm_w16_stride;
-    if constexpr (S == storage_type::bf16) std::memcpy(o, row, std::size_t(kb) * 2);
-    else
-      for (index k = 0; k < kb; ++k) o[k] = round_to_bf16(weight_as_f32<S>(row + k * E));
-    if (kb % 2) o[kb] = 0;
-  }
-}
 
 /// One microkernel call of the fast engine: kp pairs of k for NB bf16 W rows and one packed panel.
 struct pgemm_fast_args {
@@ -125,6 +85,16 @@ void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
 }
 
 #if defined(__AVX512BF16__)
+/// True when Arch's fast GEMM may run on AMX tiles: the build carries them (tile_amx.hpp) and
+/// Arch packs x in the tiles' panels (AVX-512).
+template <class Arch>
+inline constexpr bool pgemm_amx =
+#if GATTN_AMX_COMPILED
+    simd::detail::derives_v<Arch, xsimd::avx512f> && pgemm_mr<Arch> == tile_mr;
+#else
+    false;
+#endif
+
 /// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and pair.
 template <int NB, int NV>
 void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
@@ -203,13 +173,22 @@ void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride,
   }
 }
 
-/// pgemm_fast_tile for a runtime storage type: vdpbf16ps when Arch has it and `dot_products`
-/// (core/cpu.hpp's bf16_dot_products_wanted(): Intel issues it at half the FMA rate), else the FMA
-/// engine. Both give the same bits but where a denormal appears.
+/// pgemm_fast_tile for a runtime storage type, on the first engine of: AMX tiles (where pgemm_amx
+/// and core/cpu.hpp's amx_tiles_wanted(); x packed as for the other engines), vdpbf16ps when Arch
+/// has it and `dot_products` (bf16_dot_products_wanted(): Intel issues it at half the FMA rate),
+/// the FMA engine. The last two give the same bits but where a denormal appears; the tiles sum
+/// in their own order (tile_engine.hpp).
 template <class Arch>
 void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
                            index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
+#if GATTN_AMX_COMPILED
+  if constexpr (pgemm_amx<Arch>)
+    if (amx_tiles_wanted()) {
+      amx_tiles tiles;
+      return tile_gemm_tile_typed(tiles, t, p, stride, count, xp, rows, in, y, y_stride, slot);
+    }
+#endif
   if constexpr (pgemm_native_bf16<Arch>)
     if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
   pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
@@ -234,3 +213,19 @@ void packed_gemm_fast(storage_type t, const void* w, index stride, index count, 
 }
 
 }  GATTN_NAMESPACE_END  // namespace gattn::detail
+
+GATTN_NAMESPACE_BEGIN
+
+/// The engine of `numerics = fast`'s cache-blocked GEMM for Arch in this process, as
+/// packed_gemm_fast_tile picks it: "amx (tdpbf16ps)", "avx512_bf16 (vdpbf16ps)", "neon_bfdot
+/// (bfdot)" or "fma (portable)".
+template <class Arch>
+const char* fast_gemm_engine_name() {
+  if constexpr (detail::pgemm_amx<Arch>)
+    if (amx_tiles_wanted()) return "amx (tdpbf16ps)";
+  if constexpr (detail::pgemm_native_bf16<Arch>)
+    if (bf16_dot_products_wanted()) return "avx512_bf16 (vdpbf16ps)";
+  return "fma (portable)";
+}
+
+GATTN_NAMESPACE_END
