@@ -115,4 +115,10 @@ inline bool neon_bf16_usable() {
 #endif
 }
 
+/// BFDOT for `fast` numerics on AArch64: where neon_bf16_usable(), unless set_bf16_dot_products
+/// (kernel_choice::never) (its vendor rule is for x86; on Arm the instruction paid wherever it exists).
+inline bool neon_bf16_dots_wanted() {
+  return cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed) != kernel_choice::never && neon_bf16_usable();
+}
+
 }  // namespace gattn

@@ -61,4 +61,13 @@ void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k
   }
 }
 
+/// One microkernel call of the fast engine: kp pairs of k for NB bf16 W rows and one packed panel.
+struct pgemm_fast_args {
+  const std::uint16_t* w;  // W row 0 of the block (rows pgemm_w16_stride apart)
+  const std::uint16_t* x;  // the packed panel ([kp][MR][2])
+  index kp;
+  float* c;                // accumulator (j, v) at c + j · pgemm_c_stride + v · L
+  bool first;
+};
+
 }  GATTN_NAMESPACE_END  // namespace gattn::detail

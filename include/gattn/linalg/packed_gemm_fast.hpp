@@ -13,6 +13,7 @@
 #include "gattn/core/types.hpp"
 #include "gattn/linalg/packed_gemm.hpp"
 #include "gattn/linalg/packed_gemm_bf16.hpp"
+#include "gattn/linalg/packed_gemm_neon.hpp"
 #include "gattn/linalg/tile_engine.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
@@ -35,23 +36,28 @@ GATTN_NAMESPACE_BEGIN namespace detail {
 // length (the last one, odd `in`) is padded with a zero pair half, which adds +0 exactly.
 // Every output is one chain over the pairs in order, whatever the split (as in packed_gemm.hpp).
 
-/// True when Arch's fast engine is vdpbf16ps (AVX-512 arch in a build with AVX512-BF16).
+/// True when Arch has a bf16 dot-product engine in this build: vdpbf16ps (AVX-512 arch in a build
+/// with AVX512-BF16) or BFDOT (neon64 in an AArch64 build that carries packed_gemm_neon.hpp's
+/// kernel, run only where pgemm_native_bf16_runs()).
 template <class Arch>
 inline constexpr bool pgemm_native_bf16 =
 #if defined(__AVX512BF16__)
     simd::detail::derives_v<Arch, xsimd::avx512f>;
+#elif GATTN_NEON_BF16_COMPILED
+    std::is_same<Arch, xsimd::neon64>::value;
 #else
     false;
 #endif
-
-/// One microkernel call of the fast engine: kp pairs of k for NB bf16 W rows and one packed panel.
-struct pgemm_fast_args {
-  const std::uint16_t* w;  // W row 0 of the block (rows pgemm_w16_stride apart)
-  const std::uint16_t* x;  // the packed panel ([kp][MR][2])
-  index kp;
-  float* c;                // accumulator (j, v) at c + j · pgemm_c_stride + v · L
-  bool first;
-};
+/// True when this CPU can run Arch's bf16 dot-product engine (BFDOT is optional on AArch64).
+template <class Arch>
+inline bool pgemm_native_bf16_runs() {
+  if constexpr (!pgemm_native_bf16<Arch>) return false;
+#if GATTN_NEON_BF16_COMPILED
+  return neon_bf16_usable();
+#else
+  return true;
+#endif
+}
 
 /// The FMA engine: two fp32 FMAs per pair, odd half first (vdpbf16ps's order).
 template <class Arch, int NB, int NV>
@@ -59,10 +65,7 @@ void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>), MR = NV * L;
   B acc[NB][NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? B(0.0f) : simd::load<Arch>(a.c + j * pgemm_c_stride + v * L);
+  pgemm_acc_start<L>(acc, a.c, a.first, B(0.0f), [](const float* p) { return simd::load<Arch>(p); });
   for (index q = 0; q < a.kp; ++q) {
     B xe[NV], xo[NV];
 #pragma GCC unroll 4
@@ -78,13 +81,9 @@ void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
       for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(xe[v], we, simd::fma(xo[v], wo, acc[j][v]));
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) simd::store(a.c + j * pgemm_c_stride + v * L, acc[j][v]);
+  pgemm_acc_finish<L>(acc, a.c, [](float* p, const B& v) { simd::store(p, v); });
 }
 
-#if defined(__AVX512BF16__)
 /// True when Arch's fast GEMM may run on AMX tiles: the build carries them (tile_amx.hpp) and
 /// Arch packs x in the tiles' panels (AVX-512).
 template <class Arch>
@@ -95,15 +94,13 @@ inline constexpr bool pgemm_amx =
     false;
 #endif
 
+#if defined(__AVX512BF16__)
 /// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and pair.
 template <int NB, int NV>
 void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
   constexpr index MR = NV * 16;
   __m512 acc[NB][NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? _mm512_setzero_ps() : _mm512_loadu_ps(a.c + j * pgemm_c_stride + v * 16);
+  pgemm_acc_start<16>(acc, a.c, a.first, _mm512_setzero_ps(), [](const float* p) { return _mm512_loadu_ps(p); });
   for (index q = 0; q < a.kp; ++q) {
     __m512i xv[NV];
 #pragma GCC unroll 4
@@ -117,19 +114,18 @@ void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
       for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], (__m512bh)xv[v], wb);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(a.c + j * pgemm_c_stride + v * 16, acc[j][v]);
+  pgemm_acc_finish<16>(acc, a.c, [](float* p, __m512 v) { _mm512_storeu_ps(p, v); });
 }
 #endif
 
-/// The fast kernel for a runtime nb <= NB: vdpbf16ps when Native, else the FMA engine.
+/// The fast kernel for a runtime nb <= NB: the dot-product engine when Native, else the FMA engine.
 template <class Arch, bool Native, int NB = pgemm_nb<Arch>>
 void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
   if (nb == NB) {
 #if defined(__AVX512BF16__)
     if constexpr (Native) return pgemm_fast_kernel_dp<NB, pgemm_nv<Arch>>(a);
+#elif GATTN_NEON_BF16_COMPILED
+    if constexpr (Native) return pgemm_fast_kernel_bfdot<NB, pgemm_nv<Arch>>(a);
 #endif
     return pgemm_fast_kernel_fma<Arch, NB, pgemm_nv<Arch>>(a);
   }
@@ -141,7 +137,7 @@ void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
 template <class Arch, storage_type S, bool Native = pgemm_native_bf16<Arch>>
 void pgemm_fast_tile(const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows, index in,
                      float* y, index y_stride, float* slot) noexcept {
-  static_assert(!Native || pgemm_native_bf16<Arch>, "vdpbf16ps needs an AVX-512 arch and AVX512-BF16");
+  static_assert(!Native || pgemm_native_bf16<Arch>, "the dot-product engine needs AVX512-BF16 or NEON BF16");
   constexpr index MR = pgemm_mr<Arch>, NB = pgemm_nb<Arch>;
   const index rows_pad = pgemm_rows_padded<Arch>(rows);
   auto* wp = reinterpret_cast<std::uint16_t*>(slot);
@@ -177,7 +173,8 @@ void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride,
 /// and core/cpu.hpp's amx_tiles_wanted(); x packed as for the other engines), vdpbf16ps when Arch
 /// has it and `dot_products` (bf16_dot_products_wanted(): Intel issues it at half the FMA rate),
 /// the FMA engine. The last two give the same bits but where a denormal appears; the tiles sum
-/// in their own order (tile_engine.hpp).
+/// in their own order (tile_engine.hpp). On AArch64, BFDOT replaces vdpbf16ps and
+/// neon_bf16_dots_wanted() the caller's `dot_products` (whose vendor rule is x86's).
 template <class Arch>
 void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
                            index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
@@ -188,6 +185,9 @@ void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index co
       amx_tiles tiles;
       return tile_gemm_tile_typed(tiles, t, p, stride, count, xp, rows, in, y, y_stride, slot);
     }
+#endif
+#if GATTN_NEON_BF16_COMPILED
+  dot_products = neon_bf16_dots_wanted();
 #endif
   if constexpr (pgemm_native_bf16<Arch>)
     if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
@@ -223,8 +223,13 @@ template <class Arch>
 const char* fast_gemm_engine_name() {
   if constexpr (detail::pgemm_amx<Arch>)
     if (amx_tiles_wanted()) return "amx (tdpbf16ps)";
+#if GATTN_NEON_BF16_COMPILED
+  if constexpr (detail::pgemm_native_bf16<Arch>)
+    if (neon_bf16_dots_wanted()) return "neon_bfdot (bfdot)";
+#else
   if constexpr (detail::pgemm_native_bf16<Arch>)
     if (bf16_dot_products_wanted()) return "avx512_bf16 (vdpbf16ps)";
+#endif
   return "fma (portable)";
 }
 

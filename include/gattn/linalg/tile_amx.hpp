@@ -50,9 +50,11 @@ struct amx_tiles {
     else if constexpr (T == 2) _tile_zero(2);
     else _tile_zero(3);
   }
-  /// Tile T from p, rows `stride` bytes apart.
+  /// Tile T from p, rows `stride` bytes apart. (GCC's tile intrinsics are asm statements that
+  /// name no memory: the empty asm tells the compiler that memory is read or written here.)
   template <int T>
   GATTN_TILE_TARGET void load(const void* p, index stride) noexcept {
+    __asm__ volatile("" ::: "memory");
     if constexpr (T == 0) _tile_loadd(0, p, stride);
     else if constexpr (T == 1) _tile_loadd(1, p, stride);
     else if constexpr (T == 2) _tile_loadd(2, p, stride);
@@ -68,6 +70,7 @@ struct amx_tiles {
     else if constexpr (T == 1) _tile_stored(1, p, stride);
     else if constexpr (T == 2) _tile_stored(2, p, stride);
     else _tile_stored(3, p, stride);
+    __asm__ volatile("" ::: "memory");
   }
   /// C += A · B for the four (C, A, B) triples the engine uses.
   template <int C, int A, int B>
