@@ -39,6 +39,9 @@ struct amx_tiles {
       cfg[16 + 2 * t] = static_cast<unsigned char>(colsb);
       cfg[48 + t] = static_cast<unsigned char>(rows);
     }
+    // GCC's _tile_loadconfig names only the first 8 bytes as its operand: the asm makes every
+    // byte of cfg written before ldtilecfg reads it.
+    __asm__ volatile("" : : "r"(cfg) : "memory");
     _tile_loadconfig(cfg);
   }
   GATTN_TILE_TARGET void release() noexcept { _tile_release(); }
