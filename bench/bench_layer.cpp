@@ -190,6 +190,10 @@ void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, i
   parts.push_back({w.get("v_proj.weight", {cfg.kv_heads * D, d}), 0, -1, nullptr});
   for (index h = 0; h < cfg.q_heads; ++h) parts.push_back({q, h * 2 * D + D, D, nullptr});
   const gattn::linear_map m(parts);
+  // The engine of the cache-blocked GEMM with bf16 operands (fewer rows take the small GEMM).
+  if (numerics == gattn::gemm_numerics::fast)
+    st.SetLabel(rows > gattn::linear_map::small_gemm_rows(type) ? gattn::fast_gemm_engine_name<gattn::default_arch>()
+                                                                 : "small gemm");
   const auto x = normal(rows * d, 1.0f, 9);
   std::vector<float> y(std::size_t(rows * m.out()));
   for (auto _ : st) {

@@ -36,6 +36,7 @@
 #include "gattn/core/cpu.hpp"
 #include "gattn/simd/bf16_dot.hpp"
 #include "gattn/io.hpp"
+#include "gattn/linalg/packed_gemm_fast.hpp"
 #include "gattn/simd/dispatch.hpp"
 #include "cli_batch.hpp"
 #include "cli_entry.hpp"
@@ -954,6 +955,12 @@ std::string kernel_choices_line() {
          (dots ? "on" : gattn::simd::has_bf16_dot<gattn::default_arch> ? "off" : "off (not in this build)") + "\n";
 }
 
+/// "bf16 engine (numerics = fast): ..." : what runs the projections' cache-blocked GEMM with bf16
+/// operands (linalg/packed_gemm_fast.hpp).
+std::string fast_engine_line() {
+  return std::string("bf16 engine (numerics = fast): ") + gattn::fast_gemm_engine_name<gattn::default_arch>() + "\n";
+}
+
 /// The gattn kind of layer `layer` of a Hugging Face config ("gqa", "mla", "gated_deltanet", "kda"),
 /// or why it cannot be built.
 std::string layer_kind_of(const nlohmann::json& j, gattn::index layer) {
@@ -988,7 +995,7 @@ int info_command(int argc, char** argv) {
   const arguments args(argc, argv, 2, {"--weights"}, {});
   std::cout << "gattn " << GATTN_VERSION << "\n"
             << "simd arch: " << gattn::default_arch_name() << "\n"
-            << dispatch_line() << features_line() << kernel_choices_line()
+            << dispatch_line() << features_line() << kernel_choices_line() << fast_engine_line()
 #ifdef _OPENMP
             << "threads: OpenMP, " << omp_get_max_threads() << " available\n";
 #else

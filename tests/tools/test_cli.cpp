@@ -144,6 +144,7 @@ TEST(Cli, InfoNamesArchAndTensors) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("simd arch:"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("kernel choices \\(cpu vendor (amd|intel|other)\\): decode prefetch (on|off)"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("bf16 engine \\(numerics = fast\\): (amx|avx512_bf16|neon_bfdot|fma) \\("));
   EXPECT_THAT(r.out, ::testing::HasSubstr("k_proj.weight  F32  [32, 64]"));
 }
 

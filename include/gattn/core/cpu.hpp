@@ -14,6 +14,13 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#if defined(__linux__) && defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 
 // Outside the arch namespace (core/arch_namespace.hpp): one setting for the whole process, whichever
 // ISA each translation unit of the program was compiled for.
@@ -49,6 +56,7 @@ enum class kernel_choice { automatic, always, never };
 namespace cpu_detail {
 inline std::atomic<kernel_choice> decode_prefetch_choice{kernel_choice::automatic};
 inline std::atomic<kernel_choice> bf16_dot_choice{kernel_choice::automatic};
+inline std::atomic<kernel_choice> amx_choice{kernel_choice::automatic};
 inline bool resolve(kernel_choice c, bool automatic) {
   return c == kernel_choice::always || (c == kernel_choice::automatic && automatic);
 }
@@ -66,6 +74,51 @@ inline bool decode_prefetch_wanted() {
 inline void set_bf16_dot_products(kernel_choice c) { cpu_detail::bf16_dot_choice.store(c); }
 inline bool bf16_dot_products_wanted() {
   return cpu_detail::resolve(cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed), this_cpu_vendor() == cpu_vendor::amd);
+}
+
+/// True when this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and AMX-BF16
+/// (cpuid leaf 7: edx bits 24, 22), the OS saves the tile state (XCR0 bits 17, 18) and Linux
+/// granted the process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
+/// Asked once; a refusal leaves it false and the fast GEMM on its next engine.
+inline bool amx_usable() {
+  static const bool usable = [] {
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || !(d >> 24 & 1u) || !(d >> 22 & 1u)) return false;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || !(c >> 27 & 1u)) return false;  // OSXSAVE, for xgetbv
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+    if ((lo >> 17 & 3u) != 3u) return false;
+    constexpr long req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+/// AMX tiles for `fast` numerics (linalg/tile_engine.hpp), where the build carries them and
+/// amx_usable(). Automatic: wherever usable; `always` cannot make an unusable CPU use them.
+inline void set_amx_tiles(kernel_choice c) { cpu_detail::amx_choice.store(c); }
+inline bool amx_tiles_wanted() {
+  return cpu_detail::resolve(cpu_detail::amx_choice.load(std::memory_order_relaxed), true) && amx_usable();
+}
+
+/// True when the CPU has Armv8.6's BF16 instructions (BFDOT) and the OS reports them (AT_HWCAP2).
+inline bool neon_bf16_usable() {
+#if defined(__linux__) && defined(__aarch64__)
+  static const bool usable = (getauxval(AT_HWCAP2) & (1ul << 14)) != 0;  // HWCAP2_BF16
+  return usable;
+#else
+  return false;
+#endif
+}
+
+/// BFDOT for `fast` numerics on AArch64: where neon_bf16_usable(), unless set_bf16_dot_products
+/// (kernel_choice::never) (its vendor rule is for x86; on Arm the instruction paid wherever it exists).
+inline bool neon_bf16_dots_wanted() {
+  return cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed) != kernel_choice::never && neon_bf16_usable();
 }
 
 }  // namespace gattn

@@ -108,15 +108,31 @@ struct pgemm_args {
   bool first;      // start from 0 instead of c
 };
 
+/// The microkernels' accumulators (any register type V of L floats): acc[j][v] = `zero` when
+/// `first`, else load(the transposed y tile at c + j · pgemm_c_stride + v · L); and back by
+/// store(p, acc[j][v]). Always inlined, so the accumulators stay in registers.
+template <index L, class V, int NB, int NV, class Load>
+__attribute__((always_inline)) inline void pgemm_acc_start(V (&acc)[NB][NV], const float* c, bool first, V zero,
+                                                           Load load) noexcept {
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = first ? zero : load(c + j * pgemm_c_stride + v * L);
+}
+template <index L, class V, int NB, int NV, class Store>
+__attribute__((always_inline)) inline void pgemm_acc_finish(V (&acc)[NB][NV], float* c, Store store) noexcept {
+#pragma GCC unroll 16
+  for (int j = 0; j < NB; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) store(c + j * pgemm_c_stride + v * L, acc[j][v]);
+}
+
 template <class Arch, int NB, int NV>
 void pgemm_kernel(const pgemm_args& a) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>), MR = NV * L;
   B acc[NB][NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? B(0.0f) : simd::load<Arch>(a.c + j * pgemm_c_stride + v * L);
+  pgemm_acc_start<L>(acc, a.c, a.first, B(0.0f), [](const float* p) { return simd::load<Arch>(p); });
   for (index k = 0; k < a.kb; ++k) {
     B xv[NV];
 #pragma GCC unroll 4
@@ -128,10 +144,7 @@ void pgemm_kernel(const pgemm_args& a) noexcept {
       for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(xv[v], wb, acc[j][v]);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) simd::store(a.c + j * pgemm_c_stride + v * L, acc[j][v]);
+  pgemm_acc_finish<L>(acc, a.c, [](float* p, const B& v) { simd::store(p, v); });
 }
 
 /// pgemm_kernel<NB> for a runtime nb <= NB (the tile's last columns).

@@ -9,8 +9,12 @@
 #include <type_traits>
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/cpu.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/linalg/packed_gemm.hpp"
+#include "gattn/linalg/packed_gemm_bf16.hpp"
+#include "gattn/linalg/packed_gemm_neon.hpp"
+#include "gattn/linalg/tile_engine.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
@@ -32,66 +36,28 @@ GATTN_NAMESPACE_BEGIN namespace detail {
 // length (the last one, odd `in`) is padded with a zero pair half, which adds +0 exactly.
 // Every output is one chain over the pairs in order, whatever the split (as in packed_gemm.hpp).
 
-/// True when Arch's fast engine is vdpbf16ps (AVX-512 arch in a build with AVX512-BF16).
+/// True when Arch has a bf16 dot-product engine in this build: vdpbf16ps (AVX-512 arch in a build
+/// with AVX512-BF16) or BFDOT (neon64 in an AArch64 build that carries packed_gemm_neon.hpp's
+/// kernel, run only where pgemm_native_bf16_runs()).
 template <class Arch>
 inline constexpr bool pgemm_native_bf16 =
 #if defined(__AVX512BF16__)
     simd::detail::derives_v<Arch, xsimd::avx512f>;
+#elif GATTN_NEON_BF16_COMPILED
+    std::is_same<Arch, xsimd::neon64>::value;
 #else
     false;
 #endif
-
-/// bf16 values between the rows of W in the slot: an odd number of cache lines.
-inline constexpr index pgemm_w16_stride = pgemm_kc + 32;
-static_assert(pgemm_kc % 2 == 0, "k-blocks hold whole pairs");
-static_assert(pgemm_tile_cols * pgemm_w16_stride <= 2 * pgemm_tile_cols * pgemm_w_stride, "the bf16 W block fits the slot");
-
-/// Packs rows (<= pgemm_chunk) of x into xp as bf16 pairs: k-block from k0 at xp + k0 · rows_padded,
-/// its panel p at + p · MR · 2·kp (kp = its pairs), value (pair q, row r, half h) at + (q · MR + r)
-/// · 2 + h; padding rows and the odd block's last half are 0. Fits in pgemm_x_floats floats.
+/// True when this CPU can run Arch's bf16 dot-product engine (BFDOT is optional on AArch64).
 template <class Arch>
-void pgemm_fast_pack_x(const float* x, index x_stride, index rows, index in, std::uint16_t* xp) noexcept {
-  constexpr index MR = pgemm_mr<Arch>;
-  const index rows_pad = pgemm_rows_padded<Arch>(rows);
-  for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
-    const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2;
-    for (index p = 0; p < rows_pad; p += MR) {
-      std::uint16_t* panel = xp + k0 * rows_pad + p * 2 * kp;
-      for (index r = 0; r < MR; ++r) {
-        const float* src = p + r < rows ? x + (p + r) * x_stride + k0 : nullptr;
-        for (index q = 0; q < kp; ++q) {
-          std::uint32_t pair = 0;  // the padding rows and half: +0
-          if (src) pair = round_to_bf16(src[2 * q]) | (2 * q + 1 < kb ? std::uint32_t(round_to_bf16(src[2 * q + 1])) << 16 : 0u);
-          std::memcpy(panel + (q * MR + r) * 2, &pair, sizeof pair);
-        }
-      }
-    }
-  }
+inline bool pgemm_native_bf16_runs() {
+  if constexpr (!pgemm_native_bf16<Arch>) return false;
+#if GATTN_NEON_BF16_COMPILED
+  return neon_bf16_usable();
+#else
+  return true;
+#endif
 }
-
-/// The values [k0, k0 + kb) of the `count` W rows at w (dtype S) as bf16 into out (rows
-/// pgemm_w16_stride apart), a zero after an odd kb.
-template <storage_type S>
-void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k0, index kb, std::uint16_t* out) noexcept {
-  constexpr index E = S == storage_type::f32 ? 4 : 2;
-  for (index n = 0; n < count; ++n) {
-    const unsigned char* row = w + n * stride + k0 * E;
-    std::uint16_t* o = out + n * pgemm_w16_stride;
-    if constexpr (S == storage_type::bf16) std::memcpy(o, row, std::size_t(kb) * 2);
-    else
-      for (index k = 0; k < kb; ++k) o[k] = round_to_bf16(weight_as_f32<S>(row + k * E));
-    if (kb % 2) o[kb] = 0;
-  }
-}
-
-/// One microkernel call of the fast engine: kp pairs of k for NB bf16 W rows and one packed panel.
-struct pgemm_fast_args {
-  const std::uint16_t* w;  // W row 0 of the block (rows pgemm_w16_stride apart)
-  const std::uint16_t* x;  // the packed panel ([kp][MR][2])
-  index kp;
-  float* c;                // accumulator (j, v) at c + j · pgemm_c_stride + v · L
-  bool first;
-};
 
 /// The FMA engine: two fp32 FMAs per pair, odd half first (vdpbf16ps's order).
 template <class Arch, int NB, int NV>
@@ -99,10 +65,7 @@ void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>), MR = NV * L;
   B acc[NB][NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? B(0.0f) : simd::load<Arch>(a.c + j * pgemm_c_stride + v * L);
+  pgemm_acc_start<L>(acc, a.c, a.first, B(0.0f), [](const float* p) { return simd::load<Arch>(p); });
   for (index q = 0; q < a.kp; ++q) {
     B xe[NV], xo[NV];
 #pragma GCC unroll 4
@@ -118,11 +81,18 @@ void pgemm_fast_kernel_fma(const pgemm_fast_args& a) noexcept {
       for (int v = 0; v < NV; ++v) acc[j][v] = simd::fma(xe[v], we, simd::fma(xo[v], wo, acc[j][v]));
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) simd::store(a.c + j * pgemm_c_stride + v * L, acc[j][v]);
+  pgemm_acc_finish<L>(acc, a.c, [](float* p, const B& v) { simd::store(p, v); });
 }
+
+/// True when Arch's fast GEMM may run on AMX tiles: the build carries them (tile_amx.hpp) and
+/// Arch packs x in the tiles' panels (AVX-512).
+template <class Arch>
+inline constexpr bool pgemm_amx =
+#if GATTN_AMX_COMPILED
+    simd::detail::derives_v<Arch, xsimd::avx512f> && pgemm_mr<Arch> == tile_mr;
+#else
+    false;
+#endif
 
 #if defined(__AVX512BF16__)
 /// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and pair.
@@ -130,10 +100,7 @@ template <int NB, int NV>
 void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
   constexpr index MR = NV * 16;
   __m512 acc[NB][NV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) acc[j][v] = a.first ? _mm512_setzero_ps() : _mm512_loadu_ps(a.c + j * pgemm_c_stride + v * 16);
+  pgemm_acc_start<16>(acc, a.c, a.first, _mm512_setzero_ps(), [](const float* p) { return _mm512_loadu_ps(p); });
   for (index q = 0; q < a.kp; ++q) {
     __m512i xv[NV];
 #pragma GCC unroll 4
@@ -147,19 +114,18 @@ void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
       for (int v = 0; v < NV; ++v) acc[j][v] = _mm512_dpbf16_ps(acc[j][v], (__m512bh)xv[v], wb);
     }
   }
-#pragma GCC unroll 16
-  for (int j = 0; j < NB; ++j)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(a.c + j * pgemm_c_stride + v * 16, acc[j][v]);
+  pgemm_acc_finish<16>(acc, a.c, [](float* p, __m512 v) { _mm512_storeu_ps(p, v); });
 }
 #endif
 
-/// The fast kernel for a runtime nb <= NB: vdpbf16ps when Native, else the FMA engine.
+/// The fast kernel for a runtime nb <= NB: the dot-product engine when Native, else the FMA engine.
 template <class Arch, bool Native, int NB = pgemm_nb<Arch>>
 void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
   if (nb == NB) {
 #if defined(__AVX512BF16__)
     if constexpr (Native) return pgemm_fast_kernel_dp<NB, pgemm_nv<Arch>>(a);
+#elif GATTN_NEON_BF16_COMPILED
+    if constexpr (Native) return pgemm_fast_kernel_bfdot<NB, pgemm_nv<Arch>>(a);
 #endif
     return pgemm_fast_kernel_fma<Arch, NB, pgemm_nv<Arch>>(a);
   }
@@ -171,7 +137,7 @@ void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
 template <class Arch, storage_type S, bool Native = pgemm_native_bf16<Arch>>
 void pgemm_fast_tile(const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows, index in,
                      float* y, index y_stride, float* slot) noexcept {
-  static_assert(!Native || pgemm_native_bf16<Arch>, "vdpbf16ps needs an AVX-512 arch and AVX512-BF16");
+  static_assert(!Native || pgemm_native_bf16<Arch>, "the dot-product engine needs AVX512-BF16 or NEON BF16");
   constexpr index MR = pgemm_mr<Arch>, NB = pgemm_nb<Arch>;
   const index rows_pad = pgemm_rows_padded<Arch>(rows);
   auto* wp = reinterpret_cast<std::uint16_t*>(slot);
@@ -203,13 +169,26 @@ void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride,
   }
 }
 
-/// pgemm_fast_tile for a runtime storage type: vdpbf16ps when Arch has it and `dot_products`
-/// (core/cpu.hpp's bf16_dot_products_wanted(): Intel issues it at half the FMA rate), else the FMA
-/// engine. Both give the same bits but where a denormal appears.
+/// pgemm_fast_tile for a runtime storage type, on the first engine of: AMX tiles (where pgemm_amx
+/// and core/cpu.hpp's amx_tiles_wanted(); x packed as for the other engines), vdpbf16ps when Arch
+/// has it and `dot_products` (bf16_dot_products_wanted(): Intel issues it at half the FMA rate),
+/// the FMA engine. The last two give the same bits but where a denormal appears; the tiles sum
+/// in their own order (tile_engine.hpp). On AArch64, BFDOT replaces vdpbf16ps and
+/// neon_bf16_dots_wanted() the caller's `dot_products` (whose vendor rule is x86's).
 template <class Arch>
 void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
                            index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
+#if GATTN_AMX_COMPILED
+  if constexpr (pgemm_amx<Arch>)
+    if (amx_tiles_wanted()) {
+      amx_tiles tiles;
+      return tile_gemm_tile_typed(tiles, t, p, stride, count, xp, rows, in, y, y_stride, slot);
+    }
+#endif
+#if GATTN_NEON_BF16_COMPILED
+  dot_products = neon_bf16_dots_wanted();
+#endif
   if constexpr (pgemm_native_bf16<Arch>)
     if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
   pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
@@ -234,3 +213,24 @@ void packed_gemm_fast(storage_type t, const void* w, index stride, index count, 
 }
 
 }  GATTN_NAMESPACE_END  // namespace gattn::detail
+
+GATTN_NAMESPACE_BEGIN
+
+/// The engine of `numerics = fast`'s cache-blocked GEMM for Arch in this process, as
+/// packed_gemm_fast_tile picks it: "amx (tdpbf16ps)", "avx512_bf16 (vdpbf16ps)", "neon_bfdot
+/// (bfdot)" or "fma (portable)".
+template <class Arch>
+const char* fast_gemm_engine_name() {
+  if constexpr (detail::pgemm_amx<Arch>)
+    if (amx_tiles_wanted()) return "amx (tdpbf16ps)";
+#if GATTN_NEON_BF16_COMPILED
+  if constexpr (detail::pgemm_native_bf16<Arch>)
+    if (neon_bf16_dots_wanted()) return "neon_bfdot (bfdot)";
+#else
+  if constexpr (detail::pgemm_native_bf16<Arch>)
+    if (bf16_dot_products_wanted()) return "avx512_bf16 (vdpbf16ps)";
+#endif
+  return "fma (portable)";
+}
+
+GATTN_NAMESPACE_END
