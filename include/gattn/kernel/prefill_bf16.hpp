@@ -214,9 +214,11 @@ inline void qk_micro_bf16_dp(const std::uint16_t* k, index ldk, const std::uint1
 #endif
 
 /// Step 1 in bf16: Sᵀ = K_tile · Qt over nk keys (bf16 K rows k16, stride ldk), Qt packed in sc.qt.
-template <class Arch, prefill_products E>
+/// between(j, mr) runs after the first microkernel of keys [j, j + mr) (the caller's prefetch,
+/// spread over the tile's products instead of one burst).
+template <class Arch, prefill_products E, class Between>
 inline void unit_scores_bf16(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const std::uint16_t* k16,
-                             index ldk, index nk) {
+                             index ldk, index nk, Between&& between) {
   using tr = kernel_traits<Arch>;
   constexpr index W = tr::width;
   const index ldq = pl.rows_pad, nvq = pl.rows_pad / W, dkp = (p.d_qk + 1) / 2;
@@ -236,6 +238,7 @@ inline void unit_scores_bf16(const sdpa_params& p, const sdpa_plan& pl, const un
           qk_micro_bf16_fma<Arch, R, N>(k16 + j * ldk, ldk, q, ldq, dkp, s, ldq);
         });
       });
+      if (v0 == 0) between(j, index(mr));
     }
   }
 }

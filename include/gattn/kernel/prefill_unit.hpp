@@ -18,6 +18,7 @@
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/convert.hpp"
+#include "gattn/simd/prefetch.hpp"
 #include "gattn/simd/simd.hpp"
 
 GATTN_NAMESPACE_BEGIN
@@ -196,12 +197,29 @@ inline void unit_pv(const sdpa_plan& pl, const unit_scratch& sc, index valid_row
   }
 }
 
+/// Prefetches into L2 the K and V rows of head r for keys [j0, j1): the bf16 path rounds each
+/// row as soon as it loads it, with no products to hide the wait (the fp32 path reads them inside
+/// its microkernels instead), so the next tile's rows are fetched during this tile's Q·Kᵀ.
+template <storage_type S>
+inline void prefetch_tile_l2(const sdpa_params& p, index j0, index j1, index r) {
+  constexpr index line = 64;
+  const index kb = p.d_qk * index(sizeof(storage_element_t<S>)), vb = p.d_v * index(sizeof(storage_element_t<S>));
+  for (index j = j0; j < j1; ++j) {
+    const char* k = reinterpret_cast<const char*>(key_row<S>(p, j, r));
+    const char* v = reinterpret_cast<const char*>(value_row<S>(p, j, r));
+    for (index b = 0; b < kb; b += line) detail::prefetch_l2(k + b);
+    for (index b = 0; b < vb; b += line) detail::prefetch_l2(v + b);
+  }
+}
+
 /// unit_tile with bf16 products (engine E, kernel/prefill_bf16.hpp): the K tile rounded to bf16 rows
 /// (a bf16 cache with even d_qk read in place), the fp32 softmax, P and the V tile packed as key pairs.
 template <class Arch, storage_type S, prefill_products E>
 inline void unit_tile_bf16(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
                            index j0, index nk) {
   const index r = ui.r;
+  const index next_end = std::min(std::min(p.t_k, ui.max_lim), j0 + 2 * nk);
+  auto prefetch_next = [&](index j, index mr) { prefetch_tile_l2<S>(p, j0 + nk + j, std::min(next_end, j0 + nk + j + mr), r); };
   auto* kp16 = reinterpret_cast<std::uint16_t*>(sc.kpack);
   const std::uint16_t* k16 = kp16;
   index ldk = round_up(p.d_qk, 2);
@@ -214,7 +232,7 @@ inline void unit_tile_bf16(const sdpa_params& p, const sdpa_plan& pl, const unit
     }
   }
   if (!in_place) pack_k_bf16<Arch, S>(key_row<S>(p, j0, r), p.k_token_stride, nk, p.d_qk, kp16);
-  unit_scores_bf16<Arch, E>(p, pl, sc, k16, ldk, nk);
+  unit_scores_bf16<Arch, E>(p, pl, sc, k16, ldk, nk, prefetch_next);
   const bool diag = p.causal && j0 + nk > ui.min_lim;
   unit_softmax<Arch>(pl, sc, diag, j0, nk);
   pack_p_bf16<Arch>(sc.st, pl.rows_pad, nk, reinterpret_cast<std::uint16_t*>(sc.pk));

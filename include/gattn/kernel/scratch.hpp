@@ -60,7 +60,9 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   using tr = kernel_traits<Arch>;
   sdpa_plan pl;
   pl.group = p.q_heads / p.kv_heads;
-  pl.br = std::max<index>(1, tr::target_rows / pl.group);
+  pl.bf16_products = p.products == numerics::fast;
+  // bf16 products round each K/V tile once per unit: twice the rows spread that over twice the work.
+  pl.br = std::max<index>(1, (pl.bf16_products ? 2 : 1) * tr::target_rows / pl.group);
   pl.br = std::min<index>(pl.br, std::max<index>(1, p.t_q));
   pl.unit_rows = pl.group * pl.br;
   pl.rows_pad = round_up(pl.unit_rows, tr::width);
@@ -69,7 +71,6 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   pl.units = p.kv_heads * pl.q_blocks;
   // A bf16/f16 cache is widened tile by tile into the unit's scratch (never a widened copy of
   // the whole cache); fp32 K is read in place and V packed only for a ragged d_v.
-  pl.bf16_products = p.products == numerics::fast;
   pl.pack_k = p.kv_type != storage_type::f32 || pl.bf16_products;
   pl.pack_v = (p.d_v % tr::width) != 0 || pl.pack_k;
   // Decode (few rows per unit, long caches): flash-decoding over key splits, and interleaved
