@@ -87,15 +87,24 @@ inline void pack_bf16_pairs(const storage_element_t<S>* a, const storage_element
 }
 
 /// Packs scale·Q of a unit's rows as bf16 pairs along d_qk into qt16 ([ceil(d_qk/2)][rows_pad][2]):
-/// rows past valid_rows and the odd d_qk's last half are 0.
+/// rows past valid_rows and the odd d_qk's last half are 0. Each row is rounded into `row`
+/// (round_up(d_qk, 2) values of scratch) first, then its pairs are scattered.
+template <class Arch>
 inline void pack_q_bf16(const sdpa_params& p, const sdpa_plan& pl, std::uint16_t* qt16, index r, index i0,
-                        index valid_rows) {
+                        index valid_rows, std::uint16_t* row) {
+  using B = simd::batch<float, Arch>;
+  constexpr index W = index(B::size);
   const index ldq = pl.rows_pad, dkp = (p.d_qk + 1) / 2;
+  const B scale(p.scale);
   for (index m = 0; m < pl.rows_pad; ++m) {
-    const float* qrow = nullptr;
-    if (m < valid_rows) qrow = p.q + (i0 + m / pl.group) * p.q_token_stride + (r * pl.group + m % pl.group) * p.q_head_stride;
-    for (index c = 0; c < 2 * dkp; ++c)
-      qt16[((c / 2) * ldq + m) * 2 + c % 2] = qrow && c < p.d_qk ? round_to_bf16(qrow[c] * p.scale) : std::uint16_t(0);
+    index c = 0;
+    if (m < valid_rows) {
+      const float* q = p.q + (i0 + m / pl.group) * p.q_token_stride + (r * pl.group + m % pl.group) * p.q_head_stride;
+      for (; c + W <= p.d_qk; c += W) simd::store_bf16<Arch>(row + c, simd::load<Arch>(q + c) * scale);
+      for (; c < p.d_qk; ++c) row[c] = round_to_bf16(q[c] * p.scale);
+    }
+    std::fill(row + c, row + 2 * dkp, std::uint16_t(0));
+    for (index k = 0; k < dkp; ++k) std::memcpy(qt16 + (k * ldq + m) * 2, row + 2 * k, 2 * sizeof(std::uint16_t));
   }
 }
 

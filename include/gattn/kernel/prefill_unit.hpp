@@ -102,7 +102,9 @@ inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const uni
     sc.m[m] = ninf;
     sc.l[m] = 0.0f;
   }
-  if (pl.bf16_products) pack_q_bf16(p, pl, reinterpret_cast<std::uint16_t*>(sc.qt), r, i0, valid_rows);
+  if (pl.bf16_products)  // the K tile's slot is free until the first tile
+    pack_q_bf16<Arch>(p, pl, reinterpret_cast<std::uint16_t*>(sc.qt), r, i0, valid_rows,
+                      reinterpret_cast<std::uint16_t*>(sc.kpack));
   std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
   return {r, valid_rows, min_lim, max_lim};
 }

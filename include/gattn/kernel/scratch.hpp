@@ -61,8 +61,9 @@ inline sdpa_plan make_plan(const sdpa_params& p, int threads) {
   sdpa_plan pl;
   pl.group = p.q_heads / p.kv_heads;
   pl.bf16_products = p.products == numerics::fast;
-  // bf16 products round each K/V tile once per unit: twice the rows spread that over twice the work.
-  pl.br = std::max<index>(1, (pl.bf16_products ? 2 : 1) * tr::target_rows / pl.group);
+  // bf16 products round each K/V tile once per unit: 4x the rows spread that over 4x the work
+  // (P1 on Zen 5: about 5% faster than 2x, which was about 10% faster than 1x).
+  pl.br = std::max<index>(1, (pl.bf16_products ? 4 : 1) * tr::target_rows / pl.group);
   pl.br = std::min<index>(pl.br, std::max<index>(1, p.t_q));
   pl.unit_rows = pl.group * pl.br;
   pl.rows_pad = round_up(pl.unit_rows, tr::width);
