@@ -23,6 +23,9 @@
 // element type as a template parameter; the unit paths widen each K and V tile into the unit's
 // scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
 // the cache is ever made and the arithmetic is the fp32 path's.
+// numerics fast (sdpa_params::products, docs/spec.md §10): the unit paths compute Q·Kᵀ and P·V on
+// bf16 operands with fp32 accumulation (kernel/prefill_bf16.hpp, an instantiation of its own per
+// engine: vdpbf16ps or FMAs); the decode path ignores it. Exact is the same code as without it.
 // Paged K/V (sdpa_params::block_table, docs/spec.md §11): every K/V row address comes from
 // detail::key_row / value_row; a unit's key tile and a decode V group are cut at block ends (a
 // tile is read in place with one row stride), decode maps each key's row pointer through the
