@@ -17,7 +17,8 @@
 // heads over 256 keys, one cache reused, hot in L2) measures the decode kernel's work without DRAM.
 // D1 also runs g1_elementwise_bf16 and g1_elementwise_f16, M1 g1_elementwise_bf16 and
 // g1_elementwise_bf16_fast (docs/spec.md §10 fast numerics: vdpbf16ps where the CPU has it), P1
-// g1_elementwise_bf16: caches stored as bf16/f16 (the fp32 values rounded), read through
+// g1_elementwise_bf16, P1 g1_elementwise_fast and g1_elementwise_bf16_fast (the prefill's Q·Kᵀ and
+// P·V on bf16 operands; the label names the engine): caches stored as bf16/f16 (the fp32 values rounded), read through
 // sdpa_params::kv_type/k_bits/v_bits; decode GBps counts the 2-byte values actually read, and
 // twice as many caches rotate.
 // D1 (fp32, bf16) also runs with the decode prefetch forced on and off (`/prefetch:always|never`),
@@ -172,11 +173,20 @@ void bm_kernel(benchmark::State& st, shape s, std::string variant, int threads) 
     if (s.mla) base_mla = std::make_unique<unfused_mla>(s, threads);
     else base = std::make_unique<unfused>(s, threads);
   }
+  // `_fast` also runs the prefill's products on bf16 operands (sdpa_params::products); the label
+  // names the engine (avx512_bf16 = vdpbf16ps, fma = the portable one).
+  const bool fast = gattn_bench::variant_numerics(variant) == gattn::kv_numerics::fast;
+  auto params = [&](index cache) {
+    gattn::sdpa_params p = in.params(cache, variant, threads);
+    if (fast) p.products = gattn::numerics::fast;
+    return p;
+  };
+  if (fast && !s.decode) st.SetLabel(gattn::detail::to_string(gattn::detail::prefill_engine<gattn::default_arch>(params(0))));
   index c = 0;
   for (auto _ : st) {
     if (base) base->run(in, c, threads);
     else if (base_mla) base_mla->run(in, c, threads);
-    else gattn::fused_sdpa(in.params(c, variant, threads));
+    else gattn::fused_sdpa(params(c));
     benchmark::DoNotOptimize(in.out.data());
     benchmark::ClobberMemory();
     c = (c + 1) % in.caches;
@@ -393,7 +403,8 @@ int register_all() {
   // dot products where the CPU has them): D1 in bf16 and f16, M1 (V inside K, one latent head) in
   // bf16 exact and fast, P1 reading a bf16 cache; fp32's rounded values, same gate.
   for (const char* name : {"D1/g1_elementwise_bf16", "D1/g1_elementwise_f16", "M1/g1_elementwise_bf16",
-                           "M1/g1_elementwise_bf16_fast", "P1/g1_elementwise_bf16"})
+                           "M1/g1_elementwise_bf16_fast", "P1/g1_elementwise_bf16", "P1/g1_elementwise_fast",
+                           "P1/g1_elementwise_bf16_fast"})
     for (int t : {1, 2}) {
       const std::string full(name);
       const shape& s = *gattn_bench::find_shape(full.substr(0, full.find('/')).c_str());

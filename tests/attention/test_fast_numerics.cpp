@@ -1,5 +1,6 @@
-// A layer's `numerics = fast` (docs/spec.md §10): bf16-operand projections within 1e-2·max|y_ref| on every
-// vector family and on random layers long enough to reach the cache-blocked GEMM; `exact` stays bit for bit.
+// A layer's `numerics = fast` (docs/spec.md §10): bf16-operand projections and prefill attention within
+// 1e-2·max|y_ref| on every vector family and on random layers (long enough to reach the cache-blocked
+// GEMM, or short so that only the attention rounds); `exact` stays bit for bit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -212,6 +213,31 @@ TEST(FastNumericsRandomLayers, LongPrefillIsWithinTheFastTolerance) {
     EXPECT_LE(test::max_abs_diff(exact, y_ref), 1e-4 * test::max_abs(y_ref)) << rc.name;
     EXPECT_NE(std::memcmp(fast.data(), exact.data(), fast.size() * sizeof(float)), 0)
         << rc.name << ": fast numerics gave the exact output bit for bit (the bf16 GEMM did not run)";
+  }
+}
+
+// A prefill too short for the bf16 GEMM (the projections stay exact) still differs from exact:
+// the prefill attention's Q·Kᵀ and P·V ran on bf16 operands; within the tolerance, f32 and bf16 caches.
+TEST(FastNumericsRandomLayers, ShortPrefillRoundsTheAttentionOnly) {
+  constexpr index T = 24;
+  static_assert(T <= gattn::linear_map::small_gemm_rows_16bit && T > 4, "exact projections, prefill attention path");
+  for (const random_case& rc : random_cases()) {
+    if (std::holds_alternative<delta_config>(rc.config)) continue;
+    for (auto cache : {gattn::storage_type::f32, gattn::storage_type::bf16}) {
+      layer_config cfg = rc.config;
+      std::visit([cache](auto& c) {
+        if constexpr (!std::is_same<std::decay_t<decltype(c)>, delta_config>::value) c.kv_cache_type = cache;
+      }, cfg);
+      const index d = hidden_of(cfg);
+      const auto x = random_x(T, d, 34);
+      const auto y_ref = reference_output(rc, x, T);
+      const auto fast = forward(make_layer(rc, with_numerics(cfg, numerics::fast)), x, T, d);
+      const auto exact = forward(make_layer(rc, cfg), x, T, d);
+      const std::string what = rc.name + " T=24 " + gattn::to_string(cache) + " cache";
+      EXPECT_LE(relative_error(what, fast, y_ref), fast_tolerance) << what;
+      EXPECT_NE(std::memcmp(fast.data(), exact.data(), fast.size() * sizeof(float)), 0)
+          << what << ": fast numerics gave the exact output bit for bit (the attention did not round)";
+    }
   }
 }
 

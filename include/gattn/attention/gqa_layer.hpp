@@ -383,6 +383,7 @@ class gqa_layer {
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
     p.numerics = cfg_.kv_numerics;
+    p.products = cfg_.numerics;  // fast: the prefill's Q·Kᵀ and P·V on bf16 operands (docs/spec.md §10)
     sdpa_epilogue& epi = p.epilogue;
     epi.out_norm = cfg_.output_norm;
     epi.out_norm_weight = o_norm_.empty() ? nullptr : o_norm_.data();

@@ -356,6 +356,7 @@ class mla_layer {
     p.scale = float(cfg_.scale());
     p.causal = cfg_.causal;
     p.numerics = cfg_.kv_numerics;
+    p.products = cfg_.numerics;  // fast: the prefill's Q·Kᵀ and P·V on bf16 operands (docs/spec.md §10)
     return p;
   }
 

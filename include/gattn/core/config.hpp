@@ -135,8 +135,8 @@ struct gqa_config {
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
   /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
-  /// has more rows than the small GEMM takes (prefill); the attention kernel and the KV cache stay as
-  /// exact as kv_numerics says (docs/spec.md §10).
+  /// has more rows than the small GEMM takes (prefill), and the prefill attention's Q·Kᵀ and P·V; decode
+  /// attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
   gattn::numerics numerics = gattn::numerics::exact;
 
   index group_size() const { return q_heads / kv_heads; }
@@ -160,8 +160,8 @@ struct mla_config {
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
   /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
-  /// has more rows than the small GEMM takes (prefill); the attention kernel and the KV cache stay as
-  /// exact as kv_numerics says (docs/spec.md §10).
+  /// has more rows than the small GEMM takes (prefill), and the prefill attention's Q·Kᵀ and P·V; decode
+  /// attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
   gattn::numerics numerics = gattn::numerics::exact;
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }

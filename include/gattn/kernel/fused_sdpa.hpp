@@ -23,6 +23,9 @@
 // element type as a template parameter; the unit paths widen each K and V tile into the unit's
 // scratch (kpack, vpack) as they reach it, the decode path widens on load, so no widened copy of
 // the cache is ever made and the arithmetic is the fp32 path's.
+// numerics fast (sdpa_params::products, docs/spec.md §10): the unit paths compute Q·Kᵀ and P·V on
+// bf16 operands with fp32 accumulation (kernel/prefill_bf16.hpp, an instantiation of its own per
+// engine: vdpbf16ps or FMAs); the decode path ignores it. Exact is the same code as without it.
 // Paged K/V (sdpa_params::block_table, docs/spec.md §11): every K/V row address comes from
 // detail::key_row / value_row; a unit's key tile and a decode V group are cut at block ends (a
 // tile is read in place with one row stride), decode maps each key's row pointer through the
@@ -122,20 +125,20 @@ inline void end_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scrat
 }
 
 /// Prefill task: one unit over one key split (tasks split-major).
-template <class Arch, storage_type S>
+template <class Arch, storage_type S, prefill_products E>
 inline void unit_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index task, float* slot) {
   const unit_scratch sc = carve(slot, p, pl, kernel_traits<Arch>::block_keys);
   const index sp = task / pl.units, u = task % pl.units;
   const unit_coord c = unit_coords(p, pl, u);
   const index k_begin = sp * pl.split_len, k_end = std::min(p.t_k, k_begin + pl.split_len);
-  run_unit<Arch, S>(p, pl, sc, c.r, c.qb, k_begin, k_end);
+  run_unit<Arch, S, E>(p, pl, sc, c.r, c.qb, k_begin, k_end);
   end_unit<Arch>(p, pl, sc, partials, u, sp);
 }
 
 /// Interleaved task: every unit over key split sp, tile by tile (one unit_scratch per unit, back to
 /// back), the next tile's K and V rows of all KV heads prefetched in address order, a share per
 /// unit's work.
-template <class Arch, storage_type S>
+template <class Arch, storage_type S, prefill_products E>
 inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* partials, index sp, float* slot) {
   constexpr index bc = kernel_traits<Arch>::block_keys;
   const index per_unit = scratch_round(index(pl.scratch_floats));
@@ -161,7 +164,7 @@ inline void interleaved_task(const sdpa_params& p, const sdpa_plan& pl, float* p
       k_stream.prefetch_share(j0, bc, u, pl.units);
       if (!v_in_k) v_stream.prefetch_share(j0, bc, u, pl.units);
       const index k_end_u = std::min(k_end, info[std::size_t(u)].max_lim);
-      if (j0 < k_end_u) unit_tile<Arch, S>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
+      if (j0 < k_end_u) unit_tile<Arch, S, E>(p, pl, scratch_of(u), info[std::size_t(u)], j0, std::min(bc, k_end_u - j0));
     }
   }
   for (index u = 0; u < pl.units; ++u) end_unit<Arch>(p, pl, scratch_of(u), partials, u, sp);
@@ -193,9 +196,9 @@ inline worker_scratch_layout unit_layout(const sdpa_plan& pl, int concurrency) {
   return l;
 }
 
-/// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S: the element type is
-/// a compile-time parameter, so the fp32 loops are the same code as without it.
-template <class Arch, storage_type S>
+/// The unit (prefill and interleaved) paths of fused_sdpa for K/V stored as S with products E: both
+/// are compile-time parameters, so the fp32 loops are the same code as without them.
+template <class Arch, storage_type S, prefill_products E>
 void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   const sdpa_plan pl = make_plan<Arch>(p, exec.concurrency());
   const worker_scratch_layout layout = unit_layout(pl, exec.concurrency());
@@ -205,10 +208,10 @@ void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
   const index workers = layout.workers;
   if (pl.interleave)
     for_each_task(exec, pl.splits, workers,
-                  [&](index sp, index w) { interleaved_task<Arch, S>(p, pl, partials, sp, scratch.slot(w)); });
+                  [&](index sp, index w) { interleaved_task<Arch, S, E>(p, pl, partials, sp, scratch.slot(w)); });
   else
     for_each_task(exec, pl.units * pl.splits, workers,
-                  [&](index task, index w) { unit_task<Arch, S>(p, pl, partials, task, scratch.slot(w)); });
+                  [&](index task, index w) { unit_task<Arch, S, E>(p, pl, partials, task, scratch.slot(w)); });
   if (pl.splits > 1)
     for_each_task(exec, pl.units, workers, [&](index u, index w) { merge_unit<Arch>(p, pl, partials, u, scratch.slot(w)); });
 }
@@ -216,6 +219,17 @@ void unit_sdpa(const sdpa_params& p, const execution_context& exec) {
 }  // namespace detail
 
 namespace detail {
+/// The unit paths with products E for p's storage type.
+template <class Arch, prefill_products E>
+void unit_sdpa_stored(const sdpa_params& p, const execution_context& exec) {
+  switch (p.kv_type) {
+    case storage_type::bf16: unit_sdpa<Arch, storage_type::bf16, E>(p, exec); return;
+    case storage_type::f16: unit_sdpa<Arch, storage_type::f16, E>(p, exec); return;
+    case storage_type::f32: break;
+  }
+  unit_sdpa<Arch, storage_type::f32, E>(p, exec);
+}
+
 /// Runs a validated p on `exec` (the caller's context, or p.exec, or OpenMP with p.threads).
 template <class Arch>
 void fused_sdpa_on(const sdpa_params& p, const execution_context& exec) {
@@ -224,12 +238,14 @@ void fused_sdpa_on(const sdpa_params& p, const execution_context& exec) {
     decode_sdpa<Arch>(p, exec);
     return;
   }
-  switch (p.kv_type) {
-    case storage_type::bf16: unit_sdpa<Arch, storage_type::bf16>(p, exec); return;
-    case storage_type::f16: unit_sdpa<Arch, storage_type::f16>(p, exec); return;
-    case storage_type::f32: break;
+  switch (prefill_engine<Arch>(p)) {
+    case prefill_products::bf16_dp:
+      if constexpr (prefill_native_bf16<Arch>) return unit_sdpa_stored<Arch, prefill_products::bf16_dp>(p, exec);
+      [[fallthrough]];
+    case prefill_products::bf16_fma: unit_sdpa_stored<Arch, prefill_products::bf16_fma>(p, exec); return;
+    case prefill_products::fp32: break;
   }
-  unit_sdpa<Arch, storage_type::f32>(p, exec);
+  unit_sdpa_stored<Arch, prefill_products::fp32>(p, exec);
 }
 }  // namespace detail
 

@@ -13,10 +13,12 @@
 #include "gattn/kernel/kernel_traits.hpp"
 #include "gattn/kernel/microkernels.hpp"
 #include "gattn/kernel/online_softmax.hpp"
+#include "gattn/kernel/prefill_bf16.hpp"
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/convert.hpp"
+#include "gattn/simd/prefetch.hpp"
 #include "gattn/simd/simd.hpp"
 
 GATTN_NAMESPACE_BEGIN
@@ -72,8 +74,8 @@ struct unit_info {
   index r = 0, valid_rows = 0, min_lim = 0, max_lim = 0;
 };
 
-/// Starts a work unit: packs scale·Qᵀ and the per-row visible-key limits (padding rows are zeros
-/// that see every key) and clears m, l and O.
+/// Starts a work unit: packs scale·Qᵀ (as bf16 pairs for bf16 products) and the per-row visible-key
+/// limits (padding rows are zeros that see every key) and clears m, l and O.
 template <class Arch>
 inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb) {
   const index ldq = pl.rows_pad;
@@ -86,18 +88,23 @@ inline unit_info unit_begin(const sdpa_params& p, const sdpa_plan& pl, const uni
       const index i = i0 + m / pl.group;
       const index h = r * pl.group + m % pl.group;
       const float* qrow = p.q + i * p.q_token_stride + h * p.q_head_stride;
-      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = qrow[c] * p.scale;
+      if (!pl.bf16_products)
+        for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = qrow[c] * p.scale;
       const index lim = visible_keys(p, i);
       sc.lim[m] = float(lim);
       min_lim = std::min(min_lim, lim);
       max_lim = std::max(max_lim, lim);
     } else {
-      for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = 0.0f;
+      if (!pl.bf16_products)
+        for (index c = 0; c < p.d_qk; ++c) sc.qt[c * ldq + m] = 0.0f;
       sc.lim[m] = float(p.t_k);
     }
     sc.m[m] = ninf;
     sc.l[m] = 0.0f;
   }
+  if (pl.bf16_products)  // the K tile's slot is free until the first tile
+    pack_q_bf16<Arch>(p, pl, reinterpret_cast<std::uint16_t*>(sc.qt), r, i0, valid_rows,
+                      reinterpret_cast<std::uint16_t*>(sc.kpack));
   std::fill(sc.o, sc.o + pl.rows_pad * pl.dv_pad, 0.0f);
   return {r, valid_rows, min_lim, max_lim};
 }
@@ -192,15 +199,63 @@ inline void unit_pv(const sdpa_plan& pl, const unit_scratch& sc, index valid_row
   }
 }
 
+/// Prefetches into L2 the K and V rows of head r for keys [j0, j1): the bf16 path rounds each
+/// row as soon as it loads it, with no products to hide the wait (the fp32 path reads them inside
+/// its microkernels instead), so the next tile's rows are fetched during this tile's Q·Kᵀ.
+template <storage_type S>
+inline void prefetch_tile_l2(const sdpa_params& p, index j0, index j1, index r) {
+  constexpr index line = 64;
+  const index kb = p.d_qk * index(sizeof(storage_element_t<S>)), vb = p.d_v * index(sizeof(storage_element_t<S>));
+  for (index j = j0; j < j1; ++j) {
+    const char* k = reinterpret_cast<const char*>(key_row<S>(p, j, r));
+    const char* v = reinterpret_cast<const char*>(value_row<S>(p, j, r));
+    for (index b = 0; b < kb; b += line) detail::prefetch_l2(k + b);
+    for (index b = 0; b < vb; b += line) detail::prefetch_l2(v + b);
+  }
+}
+
+/// unit_tile with bf16 products (engine E, kernel/prefill_bf16.hpp): the K tile rounded to bf16 rows
+/// (a bf16 cache with even d_qk read in place), the fp32 softmax, P and the V tile packed as key pairs.
+template <class Arch, storage_type S, prefill_products E>
+inline void unit_tile_bf16(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
+                           index j0, index nk) {
+  const index r = ui.r;
+  const index next_end = std::min(std::min(p.t_k, ui.max_lim), j0 + 2 * nk);
+  auto prefetch_next = [&](index j, index mr) { prefetch_tile_l2<S>(p, j0 + nk + j, std::min(next_end, j0 + nk + j + mr), r); };
+  auto* kp16 = reinterpret_cast<std::uint16_t*>(sc.kpack);
+  const std::uint16_t* k16 = kp16;
+  index ldk = round_up(p.d_qk, 2);
+  bool in_place = false;
+  if constexpr (S == storage_type::bf16) {
+    in_place = p.d_qk % 2 == 0;
+    if (in_place) {
+      k16 = key_row<S>(p, j0, r);
+      ldk = p.k_token_stride;
+    }
+  }
+  if (!in_place) pack_k_bf16<Arch, S>(key_row<S>(p, j0, r), p.k_token_stride, nk, p.d_qk, kp16);
+  unit_scores_bf16<Arch, E>(p, pl, sc, k16, ldk, nk, prefetch_next);
+  const bool diag = p.causal && j0 + nk > ui.min_lim;
+  unit_softmax<Arch>(pl, sc, diag, j0, nk);
+  pack_p_bf16<Arch>(sc.st, pl.rows_pad, nk, reinterpret_cast<std::uint16_t*>(sc.pk));
+  auto* vp16 = reinterpret_cast<std::uint16_t*>(sc.vpack);
+  pack_v_bf16<Arch, S>(value_row<S>(p, j0, r), p.v_token_stride, nk, p.d_v, pl.dv_pad, vp16);
+  unit_pv_bf16<Arch, E>(pl, sc, ui.valid_rows, diag, vp16, j0, nk);
+}
+
 /// One key tile [j0, j0 + nk) of a unit: scores, online softmax, P·V (the three steps above).
 /// K/V stored as S: fp32 is read in place; bf16/f16 tiles are widened into the scratch first
-/// (exact, so the arithmetic after it is the fp32 path's).
-template <class Arch, storage_type S = storage_type::f32>
+/// (exact, so the arithmetic after it is the fp32 path's). E: fp32 products, or bf16 ones.
+template <class Arch, storage_type S = storage_type::f32, prefill_products E = prefill_products::fp32>
 inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, const unit_info& ui,
                       index j0, index nk) {
   if (const index nb = keys_in_block(p, j0, nk); nb < nk) {  // paged: a tile never crosses a block
-    unit_tile<Arch, S>(p, pl, sc, ui, j0, nb);
-    unit_tile<Arch, S>(p, pl, sc, ui, j0 + nb, nk - nb);
+    unit_tile<Arch, S, E>(p, pl, sc, ui, j0, nb);
+    unit_tile<Arch, S, E>(p, pl, sc, ui, j0 + nb, nk - nb);
+    return;
+  }
+  if constexpr (E != prefill_products::fp32) {
+    unit_tile_bf16<Arch, S, E>(p, pl, sc, ui, j0, nk);
     return;
   }
   const index r = ui.r;
@@ -229,13 +284,13 @@ inline void unit_tile(const sdpa_params& p, const sdpa_plan& pl, const unit_scra
 
 /// Runs one work unit over keys [k_begin, k_end). Leaves the unnormalised O, m and l in the
 /// scratch (its first unit_info::valid_rows rows are meaningful).
-template <class Arch, storage_type S = storage_type::f32>
+template <class Arch, storage_type S = storage_type::f32, prefill_products E = prefill_products::fp32>
 inline void run_unit(const sdpa_params& p, const sdpa_plan& pl, const unit_scratch& sc, index r, index qb,
                      index k_begin, index k_end) {
   constexpr index bc = kernel_traits<Arch>::block_keys;
   const unit_info ui = unit_begin<Arch>(p, pl, sc, r, qb);
   const index kend = std::min(k_end, ui.max_lim);  // keys past every row's limit are never visible
-  for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch, S>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
+  for (index j0 = k_begin; j0 < kend; j0 += bc) unit_tile<Arch, S, E>(p, pl, sc, ui, j0, std::min(bc, kend - j0));
 }
 
 }  // namespace detail

@@ -48,6 +48,9 @@ struct sdpa_params {
   index k_block_stride = 0, v_block_stride = 0;
   /// docs/spec.md §10: fast lets a bf16 cache's decode round scale·q and P to bf16 for vdpbf16ps (AVX512-BF16); elsewhere exact.
   kv_numerics numerics = kv_numerics::exact;
+  /// docs/spec.md §10: fast runs the prefill (unit path) Q·Kᵀ and P·V on bf16 operands with fp32
+  /// accumulation (kernel/prefill_bf16.hpp); the decode path ignores it.
+  gattn::numerics products = gattn::numerics::exact;
   float* out = nullptr;
   index out_token_stride = 0, out_head_stride = 0;
   float scale = 1.0f;
