@@ -134,9 +134,9 @@ struct gqa_config {
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
-  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
-  /// has more rows than the small GEMM takes (prefill), and the prefill attention's Q·Kᵀ and P·V; decode
-  /// attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
+  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) in calls of
+  /// more than 64 rows and, for bf16 weights, of 3–64 rows (batched decode), and the prefill attention's
+  /// Q·Kᵀ and P·V; decode attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
   gattn::numerics numerics = gattn::numerics::exact;
 
   index group_size() const { return q_heads / kv_heads; }
@@ -159,9 +159,9 @@ struct mla_config {
   gate_config gate;
   storage_type kv_cache_type = storage_type::f32;  ///< config key kv_cache_dtype (docs/spec.md §9, §10)
   gattn::kv_numerics kv_numerics = gattn::kv_numerics::exact;  ///< config key kv_numerics: fast may round q and p to bf16 (docs/spec.md §10)
-  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) where a call
-  /// has more rows than the small GEMM takes (prefill), and the prefill attention's Q·Kᵀ and P·V; decode
-  /// attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
+  /// config key numerics: `fast` runs the projections in bf16 operands (fp32 accumulation) in calls of
+  /// more than 64 rows and, for bf16 weights, of 3–64 rows (batched decode), and the prefill attention's
+  /// Q·Kᵀ and P·V; decode attention and the KV cache stay as exact as kv_numerics says (docs/spec.md §10).
   gattn::numerics numerics = gattn::numerics::exact;
 
   index qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
@@ -195,7 +195,7 @@ struct delta_config {
   gate_source gate = gate_source::separate;
   index gate_rank = 0;  ///< low_rank: inner width; 0 = read from g_a_proj's shape
   /// config key numerics: `fast` runs the output projection (o_proj / out_proj) and KDA's g_b_proj in bf16
-  /// operands (fp32 accumulation) where a call has more rows than the small GEMM takes (prefill). The
+  /// operands (fp32 accumulation) in calls of more than 64 rows and, for bf16 weights, of 3–64 rows. The
   /// input projections (q, k, v, gate input, β, decay), the convolution, the delta rule and the state
   /// stay exact: a bf16 k or v passes through the rule's erase term v − Sᵀk, and on the strong-decay
   /// vectors that missed docs/spec.md §10's 1e-2·max|y| by 3-5x (§13).
