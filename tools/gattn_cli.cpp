@@ -948,11 +948,14 @@ std::string dispatch_line() {
 
 /// The vendor-dependent kernel choices this process makes (core/cpu.hpp).
 std::string kernel_choices_line() {
-  const bool dots = gattn::simd::has_bf16_dot<gattn::default_arch> && gattn::bf16_dot_products_wanted();
+  const bool built = gattn::simd::has_bf16_dot<gattn::default_arch>;
+  const char* dots = !built                              ? "off (not in this build)"
+                     : !gattn::avx512_bf16_usable()      ? "off (not on this CPU)"
+                     : gattn::bf16_dot_products_wanted() ? "on"
+                                                         : "off";
   return std::string("kernel choices (cpu vendor ") + gattn::cpu_vendor_name(gattn::this_cpu_vendor()) +
          "): decode prefetch " + (gattn::decode_prefetch_wanted() ? "on" : "off") +
-         "; kv_numerics fast: bf16 dot products " +
-         (dots ? "on" : gattn::simd::has_bf16_dot<gattn::default_arch> ? "off" : "off (not in this build)") + "\n";
+         "; kv_numerics fast: bf16 dot products " + dots + "\n";
 }
 
 /// "bf16 engine (numerics = fast): ..." : what runs the projections' cache-blocked GEMM with bf16

@@ -99,7 +99,7 @@ struct fast_case {
 };
 
 // Forces a vendor-dependent kernel choice (core/cpu.hpp) for one scope: the tests below must see
-// the bf16 dot products whatever CPU they run on, and automatic turns them off on Intel.
+// the bf16 dot products on every CPU that has them, and automatic turns them off on Intel.
 struct forced_choice {
   void (*set)(gattn::kernel_choice);
   forced_choice(void (*s)(gattn::kernel_choice), gattn::kernel_choice c) : set(s) { set(c); }
@@ -137,7 +137,7 @@ TEST(KernelDecodeFastNumerics, MatchesTheOracleToSpecToleranceOnEveryArch) {
         EXPECT_LE(err, 1e-2) << gattn::arch_name<A>() << " t_k=" << t_k << " d=" << d << " threads=" << th;
         if (th == 1)
           std::cout << "[ fast ] " << gattn::arch_name<A>() << " t_k=" << t_k << " d=" << d << " d_v=" << dv
-                    << (gattn::simd::has_bf16_dot<A> ? " bf16 dot" : " exact fallback") << ": max err " << err
+                    << (gattn::simd::has_bf16_dot<A> && gattn::bf16_dot_products_wanted() ? " bf16 dot" : " exact fallback") << ": max err " << err
                     << " of max|y_ref|\n";
       }
     });
@@ -149,6 +149,7 @@ TEST(KernelDecodeFastNumerics, TakesTheBf16DotProductsWhereTheCpuHasThem) {
   if constexpr (!gattn::simd::has_bf16_dot<A>) {
     GTEST_SKIP() << "no AVX512-BF16 in this build (" << gattn::arch_name<A>() << "): fast runs exact";
   } else {
+    if (!gattn::avx512_bf16_usable()) GTEST_SKIP() << "this CPU has no AVX512-BF16: fast runs exact";
     const fast_case fc(11, 300, 72, 64);
     const forced_choice dots(&gattn::set_bf16_dot_products, gattn::kernel_choice::always);
     const std::vector<double> emu = fc.oracle(true), ref = fc.oracle(false);

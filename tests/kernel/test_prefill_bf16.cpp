@@ -114,6 +114,7 @@ TEST(KernelPrefillBf16, FastDiffersFromExactAndExactIsTheDefault) {
 // and the interleaved unit paths, with causal masks that leave odd key counts on diagonal tiles.
 TEST(KernelPrefillBf16, DotProductAndFmaEnginesAgreeBitForBit) {
   if (!gattn::detail::prefill_native_bf16<gattn::default_arch>) GTEST_SKIP() << "no AVX512-BF16 in this build";
+  if (!gattn::avx512_bf16_usable()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   for (const fast_case& c : cases())
     for (storage_type s : {storage_type::f32, storage_type::bf16}) {
       kernel_test::problem pr;

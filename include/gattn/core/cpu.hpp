@@ -69,11 +69,33 @@ inline bool decode_prefetch_wanted() {
                          this_cpu_vendor() != cpu_vendor::intel);
 }
 
-/// bf16 dot products for `fast` numerics, where the arch has them. Automatic: on AMD only (on
-/// archs without them `fast` runs `exact` whatever this says).
+/// True when the CPU has AVX512-BF16 (cpuid leaf 7 subleaf 1: eax bit 5) and the OS saves the
+/// AVX-512 state (XCR0 bits 1, 2, 5-7). Read once.
+inline bool avx512_bf16_usable() {
+  static const bool usable = [] {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || a < 1) return false;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0 || !(a >> 5 & 1u)) return false;
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || !(c >> 27 & 1u)) return false;  // OSXSAVE, for xgetbv
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+    return (lo & 0xE6u) == 0xE6u;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+/// vdpbf16ps for `fast` numerics (simd/avx512_bf16.hpp), where the CPU has it
+/// (avx512_bf16_usable(): `always` cannot make a CPU without it use it). Automatic: on AMD only.
+/// Archs without the instruction run their portable engine whatever this says.
 inline void set_bf16_dot_products(kernel_choice c) { cpu_detail::bf16_dot_choice.store(c); }
 inline bool bf16_dot_products_wanted() {
-  return cpu_detail::resolve(cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed), this_cpu_vendor() == cpu_vendor::amd);
+  return cpu_detail::resolve(cpu_detail::bf16_dot_choice.load(std::memory_order_relaxed),
+                             this_cpu_vendor() == cpu_vendor::amd) &&
+         avx512_bf16_usable();
 }
 
 /// True when this process may run AMX-BF16 tile instructions: the CPU has AMX-TILE and AMX-BF16

@@ -28,6 +28,7 @@
 #include "gattn/kernel/scratch.hpp"
 #include "gattn/kernel/sdpa_params.hpp"
 #include "gattn/simd/arch.hpp"
+#include "gattn/simd/avx512_bf16.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
@@ -38,17 +39,18 @@ namespace detail {
 /// FMAs per pair (portable) or vdpbf16ps.
 enum class prefill_products { fp32, bf16_fma, bf16_dp };
 
-/// True when Arch's bf16 engine can be vdpbf16ps (AVX-512 arch in a build with AVX512-BF16).
+/// True when Arch's bf16 engine can be vdpbf16ps (an AVX-512 arch, simd/avx512_bf16.hpp; it runs
+/// where bf16_dot_products_wanted()).
 template <class Arch>
 inline constexpr bool prefill_native_bf16 =
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
     simd::detail::derives_v<Arch, xsimd::avx512f>;
 #else
     false;
 #endif
 
-/// The engine of p's prefill on Arch: fp32 unless p.products is fast; then vdpbf16ps where Arch has
-/// it and it pays (core/cpu.hpp bf16_dot_products_wanted()), else the FMA engine.
+/// The engine of p's prefill on Arch: fp32 unless p.products is fast; then vdpbf16ps where Arch and
+/// the CPU have it and it pays (core/cpu.hpp bf16_dot_products_wanted()), else the FMA engine.
 template <class Arch>
 inline prefill_products prefill_engine(const sdpa_params& p) {
   if (p.products == numerics::exact) return prefill_products::fp32;
@@ -187,7 +189,7 @@ inline void qk_micro_bf16_fma(const std::uint16_t* k, index ldk, const std::uint
     for (int v = 0; v < NV; ++v) simd::store(st + j * lds + v * W, acc[j][v]);
 }
 
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
 /// The 32-bit pair at p in every lane.
 inline __m512bh broadcast_pair_bh(const std::uint16_t* p) {
   std::uint32_t pair;
@@ -197,7 +199,7 @@ inline __m512bh broadcast_pair_bh(const std::uint16_t* p) {
 
 /// qk_micro_bf16_fma by vdpbf16ps (16 lanes): one instruction per accumulator and pair.
 template <int MR, int NV>
-inline void qk_micro_bf16_dp(const std::uint16_t* k, index ldk, const std::uint16_t* qt, index ldq, index dkp, float* st,
+GATTN_AVX512_BF16_TARGET inline void qk_micro_bf16_dp(const std::uint16_t* k, index ldk, const std::uint16_t* qt, index ldq, index dkp, float* st,
                              index lds) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
@@ -241,7 +243,7 @@ inline void unit_scores_bf16(const sdpa_params& p, const sdpa_plan& pl, const un
           constexpr int R = decltype(MR)::value, N = decltype(NV)::value;
           const std::uint16_t* q = qt16 + v0 * W * 2;
           float* s = sc.st + j * ldq + v0 * W;
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
           if constexpr (E == prefill_products::bf16_dp && prefill_native_bf16<Arch>) return qk_micro_bf16_dp<R, N>(k16 + j * ldk, ldk, q, ldq, dkp, s, ldq);
 #endif
           qk_micro_bf16_fma<Arch, R, N>(k16 + j * ldk, ldk, q, ldq, dkp, s, ldq);
@@ -294,10 +296,10 @@ inline void pv_micro_bf16_fma(const std::uint16_t* pp, index ldp, index nkp, con
   }
 }
 
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
 /// pv_micro_bf16_fma by vdpbf16ps (16 lanes).
 template <int MR, int NV, bool Masked>
-inline void pv_micro_bf16_dp(const std::uint16_t* pp, index ldp, index nkp, const std::uint16_t* vp, index ldv, float* o,
+GATTN_AVX512_BF16_TARGET inline void pv_micro_bf16_dp(const std::uint16_t* pp, index ldp, index nkp, const std::uint16_t* vp, index ldv, float* o,
                              index ldo, const float* alpha, const index* vis) {
   __m512 acc[MR][NV];
   index lim[MR];
@@ -341,7 +343,7 @@ inline void pv_dispatch_bf16(int mr, int nv, const std::uint16_t* pp, index ldp,
   static_switch<tr::pv_mr>(mr, [&](auto MR) {
     static_switch<tr::pv_nv>(nv, [&](auto NV) {
       constexpr int R = decltype(MR)::value, N = decltype(NV)::value;
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
       if constexpr (E == prefill_products::bf16_dp && prefill_native_bf16<Arch>) {
         if (vis) pv_micro_bf16_dp<R, N, true>(pp, ldp, nkp, vp, ldv, o, ldo, alpha, vis);
         else pv_micro_bf16_dp<R, N, false>(pp, ldp, nkp, vp, ldv, o, ldo, alpha, nullptr);

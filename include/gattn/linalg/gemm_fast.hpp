@@ -104,10 +104,10 @@ void gemm_fast_block_fma(const gemm_fast_args& a) noexcept {
     for (int j = 0; j < N; ++j) simd::store(a.acc + i * a.acc_stride + j * L, acc[i][j]);
 }
 
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
 /// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and step.
 template <int R, int N>
-void gemm_fast_block_dp(const gemm_fast_args& a) noexcept {
+GATTN_AVX512_BF16_TARGET void gemm_fast_block_dp(const gemm_fast_args& a) noexcept {
   __m512 acc[R][N];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
@@ -139,7 +139,7 @@ void gemm_fast_block_dp(const gemm_fast_args& a) noexcept {
 template <class Arch, bool Native, int R = gemm_w_rows<Arch>, int N = gemm_x_rows<Arch>>
 void gemm_fast_block_dispatch(int r, int n, const gemm_fast_args& a) noexcept {
   if (r == R && n == N) {
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
     if constexpr (Native) return gemm_fast_block_dp<R, N>(a);
 #endif
     return gemm_fast_block_fma<Arch, R, N>(a);

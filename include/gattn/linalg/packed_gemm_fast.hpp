@@ -1,5 +1,5 @@
 // The "fast" numerics of the cache-blocked GEMM: x and W rounded to bf16, products accumulated in
-// fp32 (vdpbf16ps where the build has AVX512-BF16, the same arithmetic by fp32 FMAs elsewhere).
+// fp32 (vdpbf16ps where the CPU has AVX512-BF16, the same arithmetic by fp32 FMAs elsewhere).
 // Templates on Arch so tests can run every ISA of the binary.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "gattn/linalg/packed_gemm_bf16.hpp"
 #include "gattn/linalg/packed_gemm_neon.hpp"
 #include "gattn/linalg/tile_engine.hpp"
+#include "gattn/simd/avx512_bf16.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
@@ -36,26 +37,26 @@ GATTN_NAMESPACE_BEGIN namespace detail {
 // length (the last one, odd `in`) is padded with a zero pair half, which adds +0 exactly.
 // Every output is one chain over the pairs in order, whatever the split (as in packed_gemm.hpp).
 
-/// True when Arch has a bf16 dot-product engine in this build: vdpbf16ps (AVX-512 arch in a build
-/// with AVX512-BF16) or BFDOT (neon64 in an AArch64 build that carries packed_gemm_neon.hpp's
-/// kernel, run only where pgemm_native_bf16_runs()).
+/// True when Arch has a bf16 dot-product engine in this build: vdpbf16ps (AVX-512 arch,
+/// simd/avx512_bf16.hpp) or BFDOT (neon64 in an AArch64 build that carries packed_gemm_neon.hpp's
+/// kernel); either runs only where pgemm_native_bf16_runs().
 template <class Arch>
 inline constexpr bool pgemm_native_bf16 =
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
     simd::detail::derives_v<Arch, xsimd::avx512f>;
 #elif GATTN_NEON_BF16_COMPILED
     std::is_same<Arch, xsimd::neon64>::value;
 #else
     false;
 #endif
-/// True when this CPU can run Arch's bf16 dot-product engine (BFDOT is optional on AArch64).
+/// True when this CPU can run Arch's bf16 dot-product engine (both extensions are optional).
 template <class Arch>
 inline bool pgemm_native_bf16_runs() {
   if constexpr (!pgemm_native_bf16<Arch>) return false;
 #if GATTN_NEON_BF16_COMPILED
   return neon_bf16_usable();
 #else
-  return true;
+  return avx512_bf16_usable();
 #endif
 }
 
@@ -94,10 +95,10 @@ inline constexpr bool pgemm_amx =
     false;
 #endif
 
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
 /// The vdpbf16ps engine (AVX-512 with BF16): one instruction per accumulator and pair.
 template <int NB, int NV>
-void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
+GATTN_AVX512_BF16_TARGET void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
   constexpr index MR = NV * 16;
   __m512 acc[NB][NV];
   pgemm_acc_start<16>(acc, a.c, a.first, _mm512_setzero_ps(), [](const float* p) { return _mm512_loadu_ps(p); });
@@ -122,7 +123,7 @@ void pgemm_fast_kernel_dp(const pgemm_fast_args& a) noexcept {
 template <class Arch, bool Native, int NB = pgemm_nb<Arch>>
 void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
   if (nb == NB) {
-#if defined(__AVX512BF16__)
+#if GATTN_AVX512_BF16_COMPILED
     if constexpr (Native) return pgemm_fast_kernel_dp<NB, pgemm_nv<Arch>>(a);
 #elif GATTN_NEON_BF16_COMPILED
     if constexpr (Native) return pgemm_fast_kernel_bfdot<NB, pgemm_nv<Arch>>(a);
@@ -133,7 +134,8 @@ void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
 }
 
 /// pgemm_tile with bf16 operands: x packed by pgemm_fast_pack_x<Arch> at xp; Native (only where
-/// pgemm_native_bf16<Arch>) picks vdpbf16ps over the FMA engine.
+/// pgemm_native_bf16<Arch> and, at run time, pgemm_native_bf16_runs()) picks the dot-product engine
+/// over the FMA engine.
 template <class Arch, storage_type S, bool Native = pgemm_native_bf16<Arch>>
 void pgemm_fast_tile(const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows, index in,
                      float* y, index y_stride, float* slot) noexcept {

@@ -1,6 +1,7 @@
 // bf16 dot products with fp32 accumulation (AVX512-BF16 vdpbf16ps) for docs/spec.md §10's `fast` numerics:
-// both operands are bf16, so each product is exact in fp32 and only the sums round. Other archs
-// have no such instruction here (NEON bfdot is not wired up), and `fast` runs `exact` on them.
+// both operands are bf16, so each product is exact in fp32 and only the sums round. In every
+// AVX-512 build (simd/avx512_bf16.hpp); they run where bf16_dot_products_wanted(). Other archs have
+// no such decode kernel here (NEON BFDOT serves the GEMM only), and `fast` runs `exact` on them.
 #pragma once
 
 #include <algorithm>
@@ -10,12 +11,13 @@
 
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
+#include "gattn/simd/avx512_bf16.hpp"
 #include "gattn/simd/convert.hpp"
 #include "gattn/simd/simd.hpp"
 
 GATTN_NAMESPACE_BEGIN namespace simd {
 
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if GATTN_AVX512_BF16_COMPILED
 /// True when Arch can run the bf16 dot-product kernels below.
 template <class Arch>
 inline constexpr bool has_bf16_dot = std::is_base_of<xsimd::avx512bw, Arch>::value;
@@ -25,7 +27,7 @@ namespace detail {
 inline __mmask32 lanes16_mask(index n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
 }
-inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+GATTN_AVX512_BF16_TARGET inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
 // 16 bf16 from p (n of them, the rest 0) widened to fp32: the exact value, for a key without a pair.
 inline __m512 widen16(const std::uint16_t* p, index n) {
   const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n < 0 ? 0 : unsigned(n))) - 1);
@@ -61,11 +63,33 @@ inline bool taken_alone(index j, index lim) { return !(j >= lim || j - j % 2 + 2
 inline void scale_add_store(float* dst, __m512 a, __m512 acc) {
   _mm512_storeu_ps(dst, _mm512_fmadd_ps(_mm512_loadu_ps(dst), a, acc));
 }
+/// One key pair (j, j + 1) of bf16_dot_pv: V's rows at v (ldv apart) into every row's accumulators;
+/// Checked: a row whose limit hides key j + 1 skips the pair. A function, not a lambda, so that
+/// it carries the AVX512-BF16 target (every index into acc is a constant after full unrolling:
+/// acc stays in registers once inlined).
+template <int MR, int NV, bool Checked>
+GATTN_AVX512_BF16_TARGET inline void pv_pairs(__m512 (&acc)[MR][2 * NV], const std::uint16_t* p, index ldp,
+                                              const index* rows_lim, const std::uint16_t* v, index ldv, index nch,
+                                              index j, __m512i lo, __m512i hi) {
+  key_pair kv[NV];
+#pragma GCC unroll 8
+  for (int x = 0; x < NV; ++x) kv[x] = load_key_pair(v + 32 * x, ldv, nch - 32 * x, lo, hi);
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    if (Checked && j + 2 > rows_lim[m]) continue;
+    const __m512i pb = broadcast_pair(p + m * ldp + j);
+#pragma GCC unroll 8
+    for (int x = 0; x < NV; ++x) {
+      acc[m][2 * x] = dot_pairs(acc[m][2 * x], pb, kv[x].lo);
+      acc[m][2 * x + 1] = dot_pairs(acc[m][2 * x + 1], pb, kv[x].hi);
+    }
+  }
+}
 }  // namespace detail
 
 /// s[r·lds + t] = Σ_c q[r·ldq + c]·k[t][c], c < d, for RB rows of bf16 q × KB bf16 key rows.
 template <class Arch, int RB, int KB>
-inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* const* k, index d, float* s, index lds) {
+GATTN_AVX512_BF16_TARGET inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* const* k, index d, float* s, index lds) {
   constexpr int N = RB * KB;
   static_assert(N % 16 == 0 || N < 16, "one haddp per 16 accumulators");
   __m512 acc[N];
@@ -106,7 +130,7 @@ inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* 
 /// pair partner is hidden is taken alone (widened fma), so a hidden NaN/Inf V never meets p = 0.
 /// alpha = nullptr: O += P·V. o needs 32·NV writable floats per row.
 template <class Arch, int MR, int NV>
-inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim, const std::uint16_t* v, index ldv,
+GATTN_AVX512_BF16_TARGET inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim, const std::uint16_t* v, index ldv,
                         index nch, float* o, index ldo, const float* alpha) {
   const __m512i lo = _mm512_load_si512(detail::pair_lanes);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
@@ -121,27 +145,11 @@ inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index
   index common = nk;  // keys every row sees
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) common = std::min(common, rows_lim[m]);
-  // Every index into acc is a compile-time constant (full unrolling), so acc stays in registers.
-  auto pairs = [&](index j, auto checked) {
-    detail::key_pair kv[NV];
-#pragma GCC unroll 8
-    for (int x = 0; x < NV; ++x) kv[x] = detail::load_key_pair(v + j * ldv + 32 * x, ldv, nch - 32 * x, lo, hi);
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      if (decltype(checked)::value && j + 2 > rows_lim[m]) continue;
-      const __m512i pb = detail::broadcast_pair(p + m * ldp + j);
-#pragma GCC unroll 8
-      for (int x = 0; x < NV; ++x) {
-        acc[m][2 * x] = detail::dot_pairs(acc[m][2 * x], pb, kv[x].lo);
-        acc[m][2 * x + 1] = detail::dot_pairs(acc[m][2 * x + 1], pb, kv[x].hi);
-      }
-    }
-  };
   index j = 0;
-  for (; j + 2 <= common; j += 2) pairs(j, std::false_type{});
+  for (; j + 2 <= common; j += 2) detail::pv_pairs<MR, NV, false>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
   if (j < nk) {  // diagonal tiles and an odd last key: rows past their limit, keys without a pair
     const index first_single = j;
-    for (; j + 2 <= nk; j += 2) pairs(j, std::true_type{});
+    for (; j + 2 <= nk; j += 2) detail::pv_pairs<MR, NV, true>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
     for (index jj = first_single; jj < nk; ++jj) {
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
