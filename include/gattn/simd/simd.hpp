@@ -157,7 +157,7 @@ inline scalar_batch<T> haddp(const scalar_batch<T>* rows) noexcept { return rows
 namespace detail {
 /// 16-row transpose-and-add for AVX-512 (xsimd 8.1's avx512f haddp returns its lanes permuted:
 /// 0 1 4 5 2 3 6 7 8 9 12 13 10 11 14 15). Lane i of the result = Σ rows[i].
-inline __m512 haddp16(const __m512* r) noexcept {
+__attribute__((always_inline)) inline __m512 haddp16(const __m512* r) noexcept {
   __m512 g[4];
   for (int k = 0; k < 4; ++k) {
     // level 1: pairs (row k, row 4+k) and (row 8+k, row 12+k) -> quarter sums
@@ -175,8 +175,9 @@ inline __m512 haddp16(const __m512* r) noexcept {
 }
 }  // namespace detail
 #endif
+// Always inlined: its 16 rows are a microkernel's accumulators, which a call would spill.
 template <class T, class A>
-inline xsimd::batch<T, A> haddp(const xsimd::batch<T, A>* rows) noexcept {
+__attribute__((always_inline)) inline xsimd::batch<T, A> haddp(const xsimd::batch<T, A>* rows) noexcept {
 #if defined(__AVX512F__)
   if constexpr (std::is_same<T, float>::value && std::is_base_of<xsimd::avx512f, A>::value) {
     __m512 r[16];
