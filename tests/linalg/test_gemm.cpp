@@ -57,7 +57,10 @@ TEST(LinalgGemm, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
   // SSE4.2 has no FMA instruction: xsimd's fma is a·b + c there, which GCC contracts into an FMA
   // at some call sites and not others when the binary targets an FMA machine (this test binary; a
   // real SSE4.2 build cannot contract), so its bits may depend on the block shape.
-  kernel_test::for_each_arch([](auto arch) {
+  // The small sweep (qemu, sanitizers) keeps every edge kind: one count and one row count below a
+  // block, one past it, one past a panel or chunk.
+  const bool small = kernel_test::sweep() == kernel_test::sweep_size::small;
+  kernel_test::for_each_arch([small](auto arch) {
     using A = decltype(arch);
     if (std::is_same<A, xsimd::sse4_2>::value) return;
     for (storage_type type : all_types)
@@ -65,6 +68,7 @@ TEST(LinalgGemm, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
         for (index count : {index(1), index(5), index(7), index(13), 2 * detail::gemm_out_cols + 1})
           for (index rows : {index(2), index(5), index(7), index(11), index(detail::gemm_max_x_rows + 3)}) {
             if (in > 1000 && rows > 11 && !std::is_same<A, default_arch>::value) continue;  // keeps it quick
+            if (small && (count == 5 || count == 13 || rows == 5 || rows == 11)) continue;
             const index x_stride = in + 1, y_stride = count + 1, stride = (in + 2) * storage_bytes(type);
             const stored_weight w(type, count, in, 2, unsigned(in + count + rows));
             const auto x = random_vector(std::size_t(rows * x_stride), unsigned(rows));

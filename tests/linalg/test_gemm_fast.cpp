@@ -85,7 +85,9 @@ TEST(LinalgGemmFast, LinearMapRunsItForFastAndKeepsExact) {
   const stored_weight w(storage_type::bf16, out, in, 0, 5);
   const linear_map map(w.view(), nullptr);
   const bool dots = bf16_dot_products_wanted();
+  const bool small = kernel_test::sweep() == kernel_test::sweep_size::small;  // qemu, sanitizers
   for (index rows : {3, 4, 17, 32, 63, 64}) {
+    if (small && (rows == 4 || rows == 32 || rows == 63)) continue;
     const auto x = random_vector(std::size_t(rows * in), unsigned(rows));
     std::vector<float> fast(std::size_t(rows * out)), exact(fast.size()), want_fast(fast.size());
     map.apply(x.data(), rows, in, fast.data(), out, gemm_numerics::fast);

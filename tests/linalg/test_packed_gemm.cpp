@@ -68,8 +68,11 @@ TEST(LinalgPackedGemm, MatchesDoubleAndTheInOrderChainOnEveryArch) {
     const index tile = detail::pgemm_tile_cols, kc = detail::pgemm_kc, chunk = detail::pgemm_chunk;
     const shape shapes[] = {{1, 1, 1},          {3, 5, 7},           {33, 31, 17},   {5, tile + 9, kc + 37},
                             {chunk + 7, 19, 45}, {70, 2 * tile, 2 * kc}};
+    // The small sweep (qemu, sanitizers) leaves out the largest shape; {5, tile + 9, kc + 37} still
+    // crosses a tile and a k-block.
+    const std::size_t n = kernel_test::sweep() == kernel_test::sweep_size::small ? 5 : 6;
     for (storage_type type : all_types)
-      for (const shape& s : shapes) check<A>(type, s, exact);
+      for (std::size_t i = 0; i < n; ++i) check<A>(type, shapes[i], exact);
   });
 }
 
