@@ -60,6 +60,18 @@ inline std::atomic<kernel_choice> amx_choice{kernel_choice::automatic};
 inline bool resolve(kernel_choice c, bool automatic) {
   return c == kernel_choice::always || (c == kernel_choice::automatic && automatic);
 }
+/// XCR0, the register states the OS saves (0 without OSXSAVE or off x86).
+inline unsigned os_saved_state() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || !(c >> 27 & 1u)) return 0;  // OSXSAVE, for xgetbv
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
+  return lo;
+#else
+  return 0;
+#endif
+}
 }  // namespace cpu_detail
 
 /// The decode path's software prefetch through the K/V cache. Automatic: everywhere but Intel.
@@ -77,10 +89,7 @@ inline bool avx512_bf16_usable() {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || a < 1) return false;
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0 || !(a >> 5 & 1u)) return false;
-    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || !(c >> 27 & 1u)) return false;  // OSXSAVE, for xgetbv
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-    return (lo & 0xE6u) == 0xE6u;
+    return (cpu_detail::os_saved_state() & 0xE6u) == 0xE6u;
 #else
     return false;
 #endif
@@ -107,10 +116,7 @@ inline bool amx_usable() {
 #if defined(__linux__) && defined(__x86_64__)
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0 || !(d >> 24 & 1u) || !(d >> 22 & 1u)) return false;
-    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || !(c >> 27 & 1u)) return false;  // OSXSAVE, for xgetbv
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0u));
-    if ((lo >> 17 & 3u) != 3u) return false;
+    if ((cpu_detail::os_saved_state() >> 17 & 3u) != 3u) return false;
     constexpr long req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
     return syscall(SYS_arch_prctl, req_xcomp_perm, xfeature_xtiledata) == 0;
 #else

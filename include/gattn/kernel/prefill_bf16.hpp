@@ -199,8 +199,8 @@ inline __m512bh broadcast_pair_bh(const std::uint16_t* p) {
 
 /// qk_micro_bf16_fma by vdpbf16ps (16 lanes): one instruction per accumulator and pair.
 template <int MR, int NV>
-GATTN_AVX512_BF16_TARGET inline void qk_micro_bf16_dp(const std::uint16_t* k, index ldk, const std::uint16_t* qt, index ldq, index dkp, float* st,
-                             index lds) {
+GATTN_AVX512_BF16_TARGET inline void qk_micro_bf16_dp(const std::uint16_t* k, index ldk, const std::uint16_t* qt,
+                                                      index ldq, index dkp, float* st, index lds) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
   for (int j = 0; j < MR; ++j)
@@ -299,8 +299,9 @@ inline void pv_micro_bf16_fma(const std::uint16_t* pp, index ldp, index nkp, con
 #if GATTN_AVX512_BF16_COMPILED
 /// pv_micro_bf16_fma by vdpbf16ps (16 lanes).
 template <int MR, int NV, bool Masked>
-GATTN_AVX512_BF16_TARGET inline void pv_micro_bf16_dp(const std::uint16_t* pp, index ldp, index nkp, const std::uint16_t* vp, index ldv, float* o,
-                             index ldo, const float* alpha, const index* vis) {
+GATTN_AVX512_BF16_TARGET inline void pv_micro_bf16_dp(const std::uint16_t* pp, index ldp, index nkp,
+                                                      const std::uint16_t* vp, index ldv, float* o, index ldo,
+                                                      const float* alpha, const index* vis) {
   __m512 acc[MR][NV];
   index lim[MR];
 #pragma GCC unroll 8

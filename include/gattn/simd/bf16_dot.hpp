@@ -27,7 +27,9 @@ namespace detail {
 inline __mmask32 lanes16_mask(index n) {
   return n >= 32 ? ~__mmask32(0) : n <= 0 ? __mmask32(0) : (__mmask32(1) << n) - 1;
 }
-GATTN_AVX512_BF16_TARGET inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+GATTN_AVX512_BF16_TARGET inline __m512 dot_pairs(__m512 acc, __m512i a, __m512i b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
+}
 // 16 bf16 from p (n of them, the rest 0) widened to fp32: the exact value, for a key without a pair.
 inline __m512 widen16(const std::uint16_t* p, index n) {
   const __mmask16 m = n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n < 0 ? 0 : unsigned(n))) - 1);
@@ -89,7 +91,8 @@ GATTN_AVX512_BF16_TARGET inline void pv_pairs(__m512 (&acc)[MR][2 * NV], const s
 
 /// s[r·lds + t] = Σ_c q[r·ldq + c]·k[t][c], c < d, for RB rows of bf16 q × KB bf16 key rows.
 template <class Arch, int RB, int KB>
-GATTN_AVX512_BF16_TARGET inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* const* k, index d, float* s, index lds) {
+GATTN_AVX512_BF16_TARGET inline void bf16_dot_qk(const std::uint16_t* q, index ldq, const std::uint16_t* const* k,
+                                                 index d, float* s, index lds) {
   constexpr int N = RB * KB;
   static_assert(N % 16 == 0 || N < 16, "one haddp per 16 accumulators");
   __m512 acc[N];
@@ -130,8 +133,9 @@ GATTN_AVX512_BF16_TARGET inline void bf16_dot_qk(const std::uint16_t* q, index l
 /// pair partner is hidden is taken alone (widened fma), so a hidden NaN/Inf V never meets p = 0.
 /// alpha = nullptr: O += P·V. o needs 32·NV writable floats per row.
 template <class Arch, int MR, int NV>
-GATTN_AVX512_BF16_TARGET inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim, const std::uint16_t* v, index ldv,
-                        index nch, float* o, index ldo, const float* alpha) {
+GATTN_AVX512_BF16_TARGET inline void bf16_dot_pv(const std::uint16_t* p, index ldp, index nk, const index* lim,
+                                                 const std::uint16_t* v, index ldv, index nch, float* o, index ldo,
+                                                 const float* alpha) {
   const __m512i lo = _mm512_load_si512(detail::pair_lanes);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   __m512 acc[MR][2 * NV];
@@ -146,10 +150,12 @@ GATTN_AVX512_BF16_TARGET inline void bf16_dot_pv(const std::uint16_t* p, index l
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) common = std::min(common, rows_lim[m]);
   index j = 0;
-  for (; j + 2 <= common; j += 2) detail::pv_pairs<MR, NV, false>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
+  for (; j + 2 <= common; j += 2)
+    detail::pv_pairs<MR, NV, false>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
   if (j < nk) {  // diagonal tiles and an odd last key: rows past their limit, keys without a pair
     const index first_single = j;
-    for (; j + 2 <= nk; j += 2) detail::pv_pairs<MR, NV, true>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
+    for (; j + 2 <= nk; j += 2)
+      detail::pv_pairs<MR, NV, true>(acc, p, ldp, rows_lim, v + j * ldv, ldv, nch, j, lo, hi);
     for (index jj = first_single; jj < nk; ++jj) {
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
