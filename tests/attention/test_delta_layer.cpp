@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -107,6 +108,45 @@ TEST(DeltaHfFolders, LoadedLayersMatchTheVectors) {
       }
       EXPECT_LE(relative(y, c.y), 1e-4) << dir;
     }
+  }
+}
+
+// Split weights and the fused weights built from them give the same bits: one projection map over
+// row segments of either layout, the same P (biases included; prefills long enough for the
+// cache-blocked GEMM; H_v/H_k = 1, 2, 4; D_k != D_v).
+TEST(DeltaSplitLayout, SplitEqualsFusedBitForBit) {
+  for (const auto& [Hk, Hv, Dk, Dv] : std::vector<std::array<index, 4>>{{2, 8, 16, 12}, {3, 3, 8, 16}, {2, 4, 16, 16}}) {
+    delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet, Dk, Dv);
+    c.key_heads = Hk;
+    c.value_heads = Hv;
+    for (bool biases : {false, true}) {
+      const auto split_w = gattn::test::random_delta_weights(c, 91, {}, biases, gattn::gdn_layout::split);
+      const delta_layer split(c, split_w), fused(c, gattn::test::fused_from_split(c, split_w));
+      const index T = 150;
+      const auto x = random_input(T, c.hidden, 92);
+      for (const auto& pattern : call_patterns) {
+        delta_state a = split.make_state(), b = fused.make_state();
+        const auto ya = run_in_calls(split, x, T, a, pattern);
+        const auto yb = run_in_calls(fused, x, T, b, pattern);
+        EXPECT_EQ(ya, yb) << "H_k " << Hk << " H_v " << Hv << " biases " << biases << " calls of " << pattern.front();
+        EXPECT_TRUE(std::equal(a.recurrent(), a.recurrent() + a.shape().total(), b.recurrent()));
+      }
+    }
+  }
+}
+
+// Both layouts in one map are refused when the layer is built, naming a tensor of each.
+TEST(DeltaSplitLayout, BothLayoutsAreRefusedWhenTheLayerIsBuilt) {
+  const delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet);
+  auto w = gattn::test::random_delta_weights(c, 93);
+  const auto split = gattn::test::random_delta_weights(c, 93, {}, false, gattn::gdn_layout::split);
+  w.set("in_proj_qkv.weight", split.all().at("in_proj_qkv.weight"));
+  try {
+    delta_layer l(c, w);
+    FAIL() << "both layouts accepted";
+  } catch (const gattn::weight_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'in_proj_qkvz.weight'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("'in_proj_qkv.weight'"));
   }
 }
 

@@ -259,6 +259,41 @@ TEST(CostModel, InvalidConfigsThrowNamingTheField) {
   EXPECT_THROW(ok.flops_per_token(-1), gattn::config_error);
 }
 
+// A Gated DeltaNet layer counted by hand, in both layouts of its input projections (docs/spec.md §13,
+// §14): the same parameters, gate share, FLOPs and state; only the names the projections go by differ.
+TEST(CostModel, GatedDeltaNetInEitherLayout) {
+  gattn::delta_config c;
+  c.hidden = 64;
+  c.key_heads = 2;
+  c.value_heads = 4;
+  c.key_head_dim = 16;
+  c.value_head_dim = 8;  // q, k: 32 channels each; v, z: 32
+  const gattn::layer_cost fused = gattn::cost(c);
+  const gattn::layer_cost split = gattn::cost(c, gattn::gdn_layout::split);
+  EXPECT_EQ(find(fused, "in_proj_qkvz").rows, 128);
+  EXPECT_EQ(find(fused, "in_proj_qkvz").gate_params, 32 * 64);
+  EXPECT_EQ(find(fused, "in_proj_ba").rows, 8);
+  EXPECT_FALSE(has(fused, "in_proj_qkv"));
+  EXPECT_EQ(find(split, "in_proj_qkv").rows, 96);
+  EXPECT_EQ(find(split, "in_proj_qkv").gate_params, 0);
+  EXPECT_EQ(find(split, "in_proj_z").rows, 32);
+  EXPECT_EQ(find(split, "in_proj_z").gate_params, 32 * 64);
+  EXPECT_EQ(find(split, "in_proj_b").rows, 4);
+  EXPECT_EQ(find(split, "in_proj_a").rows, 4);
+  EXPECT_FALSE(has(split, "in_proj_qkvz"));
+  EXPECT_FALSE(has(split, "in_proj_ba"));
+  EXPECT_EQ(split.total_params, fused.total_params);
+  EXPECT_EQ(split.total_params, 64 * (128 + 8) + 64 * 32 + 96 * 4 + 4 + 4 + 8);
+  EXPECT_EQ(split.gate_params, fused.gate_params);
+  EXPECT_EQ(split.attention_params, fused.attention_params);
+  EXPECT_DOUBLE_EQ(split.flops_per_token(100), fused.flops_per_token(100));
+  EXPECT_EQ(split.state_values_per_sequence, fused.state_values_per_sequence);
+  EXPECT_NE(split.description.find("split input projections"), std::string::npos) << split.description;
+  EXPECT_NE(fused.description.find("fused input projections"), std::string::npos) << fused.description;
+  const std::string report = gattn::format_cost_report(split, 3, 10, 10);
+  EXPECT_NE(report.find("in_proj_z"), std::string::npos) << report;
+}
+
 TEST(CostModel, ThousandsSeparators) {
   using gattn::detail::with_commas;
   EXPECT_EQ(with_commas(std::int64_t{0}), "0");

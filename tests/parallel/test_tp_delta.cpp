@@ -1,13 +1,17 @@
 // Tensor parallelism of the gated delta-rule layers (docs/spec.md §12, §13) with P ranks as threads:
 // every delta vector, over every P its heads allow (key heads split or replicated), reproduces the
-// float64 output in one prefill, token by token and in a batch; a split the heads refuse is refused
-// on every rank alike.
+// float64 output in one prefill, token by token and in a batch, in both layouts of Gated DeltaNet's
+// input projections; a split the heads refuse is refused on every rank alike.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <array>
+#include <random>
 
 #include "gattn/parallel/in_process_group.hpp"
 #include "gattn/parallel/tp_layer.hpp"
 #include "support/delta_vectors.hpp"
+#include "support/random_delta_layer.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_tp_delta {
@@ -75,6 +79,76 @@ TEST(TensorParallelDelta, EveryRankMatchesTheVector) {
     }
   }
   EXPECT_GE(runs, 20);
+}
+
+/// Every rank's output of `c` (weights `w`, input x) over P ranks, in one prefill, a prefill then
+/// decode, or a batch.
+std::vector<std::vector<float>> run_ranks(const gattn::test::delta_case& c, int P, index decode_from, bool batched) {
+  std::vector<std::vector<float>> ys(static_cast<std::size_t>(P));
+  gattn::in_process_group group(P);
+  group.run([&](gattn::communicator& comm) {
+    const gattn::tp_layer layer(c.config, c.weights, comm);
+    ys[std::size_t(comm.rank())] = run_rank(layer, c, decode_from, batched);
+  });
+  return ys;
+}
+
+const std::vector<std::pair<index, bool>> feeds = {{-1, false}, {5, false}, {3, true}};
+
+// The split layout (docs/spec.md §14) shards as the fused one does: a rank keeps the rows of its conv
+// channels of in_proj_qkv and of its value heads of in_proj_z, in_proj_b, in_proj_a, for whole
+// key-head groups (2 of 2 key heads at P = 2, 4 key heads at P = 2 and 4) and for part of a group
+// (2 key heads at P = 4). Every rank equals the fused layout's rank bit for bit, and the
+// single-process layer.
+TEST(TensorParallelDelta, SplitLayoutShardsAtTwoAndFourRanks) {
+  int runs = 0;
+  for (const auto& [Hk, Hv, Dk, Dv] : std::vector<std::array<index, 4>>{{2, 8, 16, 12}, {4, 8, 8, 16}, {4, 4, 16, 8}}) {
+    gattn::test::delta_case split;
+    split.config = gattn::test::small_delta(gattn::delta_kind::gated_deltanet, Dk, Dv);
+    split.config.key_heads = Hk;
+    split.config.value_heads = Hv;
+    split.weights = gattn::test::random_delta_weights(split.config, 61, {}, true, gattn::gdn_layout::split);
+    split.tokens = 70;
+    split.hidden = split.config.hidden;
+    std::mt19937 gen(62);
+    split.x = gattn::test::random_values(gen, split.tokens * split.hidden, 1.0f);
+    gattn::test::delta_case fused = split;
+    fused.weights = gattn::test::fused_from_split(split.config, split.weights);
+    std::vector<float> y_one(split.x.size());
+    const gattn::delta_layer one(split.config, split.weights);
+    one.forward({split.x.data(), split.tokens, split.hidden, split.hidden}, {y_one.data(), split.tokens, split.hidden, split.hidden});
+    const std::vector<double> y_ref(y_one.begin(), y_one.end());
+    for (int P : {2, 4}) {
+      if (!split_allowed(split.config, P)) continue;
+      for (const auto& [decode_from, batched] : feeds) {
+        const auto ys = run_ranks(split, P, decode_from, batched), yf = run_ranks(fused, P, decode_from, batched);
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(ys[std::size_t(r)], yf[std::size_t(r)]) << "H_k " << Hk << " P=" << P << " rank " << r;
+          EXPECT_LE(relative(ys[std::size_t(r)], y_ref), 1e-4) << "H_k " << Hk << " P=" << P << " rank " << r;
+        }
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 18);
+}
+
+// The Qwen3.5 folders' bf16 split weights, sliced per rank, reproduce their vectors.
+TEST(TensorParallelDelta, Qwen3_5FoldersMatchTheirVectors) {
+  int runs = 0;
+  for (const char* dir : {"hf_qwen3_5_linear", "extra_hf_qwen3_5_text_linear_r4", "extra_hf_qwen3_5_moe_linear_mha"}) {
+    const auto c = gattn::test::load_hf_delta_case(dir);
+    for (int P : {2, 4}) {
+      if (!split_allowed(c.config, P)) continue;
+      for (const auto& [decode_from, batched] : feeds) {
+        const auto ys = run_ranks(c, P, decode_from, batched);
+        for (int r = 0; r < P; ++r)
+          EXPECT_LE(relative(ys[std::size_t(r)], c.y), 1e-4) << dir << " P=" << P << " rank " << r;
+        ++runs;
+      }
+    }
+  }
+  EXPECT_EQ(runs, 18);
 }
 
 // GDN with 2 key heads over 4 ranks replicates each key head on two ranks, each with half of its

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gattn/reference/delta_layer.hpp"
 #include "support/delta_vectors.hpp"
+#include "support/random_delta_layer.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_reference_delta_layer {
@@ -60,7 +62,8 @@ TEST_P(ReferenceDeltaLayerHf, MatchesBf16CheckpointInDouble) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Folders, ReferenceDeltaLayerHf,
-                         ::testing::Values("hf_qwen3_next_linear", "hf_kimi_linear"),
+                         ::testing::Values("hf_qwen3_next_linear", "hf_kimi_linear", "hf_qwen3_5_linear",
+                                           "extra_hf_qwen3_5_text_linear_r4", "extra_hf_qwen3_5_moe_linear_mha"),
                          [](const auto& info) { return info.param; });
 
 // The strong-decay cases are what they claim: every head's 64-token chunk sums its log-decay below -1000.
@@ -181,6 +184,25 @@ TEST(ReferenceDeltaLayerWeights, ContractNamesOnlyItsTensors) {
   EXPECT_TRUE(contract["A_log"].bias.empty());
   EXPECT_THROW(contract["q_proj.weight"], gattn::weight_error);
   EXPECT_EQ(gattn::detail::check_delta_weights(c.config, c.weights).weights.size(), 7u);
+}
+
+// Qwen3.5's split projections (docs/spec.md §14) are Qwen3-Next's fused ones regrouped: the reference
+// reads either layout to the same doubles, biases included.
+TEST(ReferenceDeltaLayer, SplitLayoutEqualsFused) {
+  gattn::delta_config c = gattn::test::small_delta(gattn::delta_kind::gated_deltanet, 16, 24);
+  const weight_map split = gattn::test::random_delta_weights(c, 17, {}, true, gattn::gdn_layout::split);
+  const weight_map fused = gattn::test::fused_from_split(c, split);
+  const index T = 23;
+  std::mt19937 gen(18);
+  const std::vector<float> x = gattn::test::random_values(gen, T * c.hidden, 1.0f);
+  const auto a = delta_layer_forward(c, split, x.data(), T, c.hidden);
+  const auto b = delta_layer_forward(c, fused, x.data(), T, c.hidden);
+  EXPECT_EQ(a.y, b.y);
+  EXPECT_EQ(a.gated, b.gated);
+  EXPECT_EQ(a.state, b.state);
+  // The shared folder holds the same weights as Qwen3-Next's, split: the same result, bit for bit.
+  const delta_case q35 = load_hf_delta_case("hf_qwen3_5_linear"), next = load_hf_delta_case("hf_qwen3_next_linear");
+  EXPECT_EQ(run(q35, q35.weights).y, run(next, next.weights).y);
 }
 
 // The biases of the extra vectors carry weight: without them the output moves.

@@ -1,12 +1,13 @@
-// The gated delta-rule layers (docs/spec.md §13): Qwen3-Next's Gated DeltaNet and Kimi's KDA. One
-// projection GEMM over every row of a call, the short convolution, the l2 norms, β and the decay,
-// the delta-rule kernel per (sequence, value head) over each sequence's recurrent state, the output
-// gate RMSNorm(o)·w·act(z), and the output projection.
+// The gated delta-rule layers (docs/spec.md §13, §14): Gated DeltaNet (Qwen3-Next's fused or Qwen3.5's
+// split input projections) and Kimi's KDA. One projection GEMM over every row of a call, the short
+// convolution, the l2 norms, β and the decay, the delta-rule kernel per (sequence, value head) over
+// each sequence's recurrent state, the output gate RMSNorm(o)·w·act(z), and the output projection.
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gattn/attention/batch.hpp"
@@ -97,12 +98,13 @@ class delta_layer {
  private:
   /// Columns of the projection buffer P [N, n_cols], decided once from the config:
   ///   [ q: H_k·D_k | k: H_k·D_k | v: H_v·D_v | gate scores: H_v·D_v (GDN z, KDA g_proj) or g_a |
-  ///     GDN: in_proj_ba as stored (2·H_v), then β (H_v) and g (H_v) written by prepare_rows;
+  ///     GDN: b (H_v) then a (H_v), value heads in order, turned into β and g in place by prepare_rows;
   ///     KDA: β (H) | f_a ]
+  /// Both Gated DeltaNet layouts (fused, split) are mapped onto these columns by row segments.
   /// KDA's per-channel decay lives apart ([N, H·D_k] in ws.decay).
   struct plan {
     index qk_width = 0, v_width = 0, col_k = 0, col_v = 0, col_gate = 0, gate_width = 0;
-    index col_ba = 0, col_beta = 0, col_g = 0, col_fa = 0, fa_rank = 0, n_cols = 0;
+    index col_beta = 0, col_g = 0, col_fa = 0, fa_rank = 0, n_cols = 0;
     index decay_width = 0;  ///< KDA: H·D_k
   };
 
@@ -120,7 +122,7 @@ class delta_layer {
     plan_.col_v = 2 * plan_.qk_width;
     plan_.col_gate = plan_.col_v + plan_.v_width;
     if (kda()) load_kda(w);
-    else load_gdn(w);
+    else load_gdn(w, contract.layout);
     load_conv(w);
     norm_ = w.widened(kda() ? "o_norm.weight" : "norm.weight", {cfg_.value_head_dim});
     const char* out = kda() ? "o_proj" : "out_proj";
@@ -128,26 +130,46 @@ class delta_layer {
                        w.find(std::string(out) + ".bias", {cfg_.hidden}));
   }
 
-  void load_gdn(const weight_map& w) {
+  // One linear_map over row segments of the checkpoint's own tensors (views, used in place), whichever
+  // layout stores them: the rest of the layer sees the same P.
+  void load_gdn(const weight_map& w, gdn_layout layout) {
+    const index Hv = cfg_.value_heads;
+    proj_ = linear_map(layout == gdn_layout::split ? split_gdn_segments(w) : fused_gdn_segments(w));
+    plan_.gate_width = plan_.v_width;
+    plan_.col_beta = plan_.col_gate + plan_.gate_width;
+    plan_.col_g = plan_.col_beta + Hv;
+    plan_.n_cols = plan_.col_g + Hv;
+    load_head_decay(w, Hv);
+  }
+
+  /// Qwen3-Next: in_proj_qkvz holds, per key-head group, [q | k | v of its r heads | z of its r heads]
+  /// and in_proj_ba [b of its r heads | a of its r heads]: P's columns gather each kind across
+  /// groups, so that conv channels and heads are contiguous.
+  std::vector<weight_segment> fused_gdn_segments(const weight_map& w) const {
     const index Hk = cfg_.key_heads, Hv = cfg_.value_heads, Dk = cfg_.key_head_dim, Dv = cfg_.value_head_dim;
     const index r = cfg_.group_size(), d = cfg_.hidden, per_group = 2 * Dk + 2 * r * Dv;
     const weight_view& wq = w.get("in_proj_qkvz.weight", {Hk * per_group, d});
     const weight_view* bq = w.find("in_proj_qkvz.bias", {Hk * per_group});
     const weight_view& wba = w.get("in_proj_ba.weight", {2 * Hv, d});
-    // in_proj_qkvz holds, per key-head group, [q | k | v of its r heads | z of its r heads]: P's
-    // columns gather each kind across groups, so that conv channels and heads are contiguous.
+    const weight_view* bba = w.find("in_proj_ba.bias", {2 * Hv});
     std::vector<weight_segment> parts;
     const index offsets[4] = {0, Dk, 2 * Dk, 2 * Dk + r * Dv}, widths[4] = {Dk, Dk, r * Dv, r * Dv};
     for (int kind = 0; kind < 4; ++kind)
       for (index g = 0; g < Hk; ++g) parts.push_back({wq, g * per_group + offsets[kind], widths[kind], bq});
-    parts.push_back({wba, 0, 2 * Hv, w.find("in_proj_ba.bias", {2 * Hv})});
-    proj_ = linear_map(parts);
-    plan_.gate_width = plan_.v_width;
-    plan_.col_ba = plan_.col_gate + plan_.gate_width;
-    plan_.col_beta = plan_.col_ba + 2 * Hv;
-    plan_.col_g = plan_.col_beta + Hv;
-    plan_.n_cols = plan_.col_g + Hv;
-    load_head_decay(w, Hv);
+    for (const index half : {index(0), r})  // b of every group, then a of every group
+      for (index g = 0; g < Hk; ++g) parts.push_back({wba, g * 2 * r + half, r, bba});
+    return parts;
+  }
+
+  /// Qwen3.5: in_proj_qkv is already [q | k | v] in P's (and the convolution's) channel order; z, b
+  /// and a are one tensor each.
+  std::vector<weight_segment> split_gdn_segments(const weight_map& w) const {
+    const index d = cfg_.hidden;
+    const auto whole = [&](const std::string& name, index rows) {
+      return weight_segment{w.get(name + ".weight", {rows, d}), 0, rows, w.find(name + ".bias", {rows})};
+    };
+    return {whole("in_proj_qkv", cfg_.conv_channels()), whole("in_proj_z", plan_.v_width),
+            whole("in_proj_b", cfg_.value_heads), whole("in_proj_a", cfg_.value_heads)};
   }
 
   void load_kda(const weight_map& w) {
@@ -256,7 +278,7 @@ class delta_layer {
   // Per row: l2 norms of q and k, β = σ(b), and the decay g (GDN per value head into P, KDA per key
   // channel in ws.decay).
   void prepare_rows(index N, layer_workspace& ws) const {
-    const index Hk = cfg_.key_heads, Hv = cfg_.value_heads, r = cfg_.group_size();
+    const index Hk = cfg_.key_heads, Hv = cfg_.value_heads;
     for (index t = 0; t < N; ++t) {
       float* row = ws.projections.data() + t * plan_.n_cols;
       l2_normalize_heads(row, 2 * Hk, cfg_.key_head_dim);  // q heads then k heads
@@ -265,12 +287,6 @@ class delta_layer {
         channel_decay(ws.decay.data() + t * plan_.decay_width, Hv, cfg_.key_head_dim, neg_a_.data(), dt_bias_.data(),
                       cfg_.decay, float(cfg_.decay_lower_bound));
         continue;
-      }
-      // in_proj_ba per key-head group: [b of its r value heads | a of its r value heads]
-      for (index h = 0; h < Hv; ++h) {
-        const float* ba = row + plan_.col_ba + (h / r) * 2 * r;
-        row[plan_.col_beta + h] = ba[h % r];
-        row[plan_.col_g + h] = ba[r + h % r];
       }
       sigmoid_in_place(row + plan_.col_beta, Hv);
       softplus_decay(row + plan_.col_g, Hv, neg_a_.data(), dt_bias_.data());

@@ -174,6 +174,11 @@ struct mla_config {
 /// fused in_proj_qkvz / in_proj_ba, SiLU output gate) or Kimi's KDA (one decay per key channel,
 /// separate projections and convolutions, sigmoid output gate).
 enum class delta_kind { gated_deltanet, kda };
+/// How a Gated DeltaNet checkpoint stores its input projections; the arithmetic is the same:
+/// `fused` (Qwen3-Next, docs/spec.md §13): in_proj_qkvz and in_proj_ba, per key-head group;
+/// `split` (Qwen3.5, §14): in_proj_qkv [q | k | v], in_proj_z, in_proj_b, in_proj_a.
+/// The weights say which (detect_gdn_layout in core/delta_weights.hpp), not the config.
+enum class gdn_layout { fused, split };
 /// KDA's decay from f = f_b_proj(f_a_proj(x)): `softplus` g = −exp(A_log)·softplus(f + dt_bias)
 /// (Kimi Linear); `lower_bound` g = L·σ(exp(A_log)·(f + dt_bias)) with L in [−5, 0) (Kimi K3).
 enum class decay_form { softplus, lower_bound };
@@ -260,6 +265,7 @@ inline const char* to_string(kv_numerics n) { return n == kv_numerics::exact ? "
 inline const char* to_string(numerics n) { return n == numerics::exact ? "exact" : "fast"; }
 inline const char* to_string(gate_rounding r) { return r == gate_rounding::none ? "none" : "bf16"; }
 inline const char* to_string(delta_kind k) { return k == delta_kind::gated_deltanet ? "gated_deltanet" : "kda"; }
+inline const char* to_string(gdn_layout l) { return l == gdn_layout::fused ? "fused" : "split"; }
 inline const char* to_string(decay_form d) { return d == decay_form::softplus ? "softplus" : "lower_bound"; }
 inline const char* to_string(rope_style r) {
   switch (r) {

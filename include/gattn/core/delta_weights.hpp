@@ -30,6 +30,7 @@ struct delta_weight_ranks {
 /// Every tensor one delta_config reads, with the ranks its shapes were derived from.
 struct delta_weight_contract {
   delta_kind kind = delta_kind::gated_deltanet;
+  gdn_layout layout = gdn_layout::fused;  ///< Gated DeltaNet: how the weights store the input projections
   delta_weight_ranks ranks;
   std::vector<delta_weight_spec> weights;
 
@@ -69,16 +70,38 @@ inline delta_weight_spec delta_linear(const std::string& name, index out, index 
   return {name + ".weight", {{out, in}}, name + ".bias"};
 }
 
-inline std::vector<delta_weight_spec> gdn_weight_specs(const delta_config& c) {
+/// The nn.Linear names of Gated DeltaNet's input projections in layout `l` (docs/spec.md §13, §14).
+inline std::vector<std::string> gdn_projection_names(gdn_layout l) {
+  if (l == gdn_layout::fused) return {"in_proj_qkvz", "in_proj_ba"};
+  return {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"};
+}
+
+/// The first tensor (weight or bias) of layout `l`'s input projections present in `w`, or "".
+inline std::string gdn_tensor_present(const weight_map& w, gdn_layout l) {
+  for (const std::string& name : gdn_projection_names(l))
+    for (const char* part : {".weight", ".bias"})
+      if (w.contains(name + part)) return name + part;
+  return "";
+}
+
+inline std::vector<delta_weight_spec> gdn_weight_specs(const delta_config& c, gdn_layout layout) {
   const index d = c.hidden, Hk = c.key_heads, Hv = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim;
-  // in_proj_qkvz: per key-head group [q (D_k) | k (D_k) | v (r·D_v) | z (r·D_v)], r = H_v / H_k
-  return {delta_linear("in_proj_qkvz", 2 * Hk * Dk + 2 * Hv * Dv, d),
-          delta_linear("in_proj_ba", 2 * Hv, d),  // per group [b (r) | a (r)]
-          {"conv1d.weight", {{c.conv_channels(), 1, c.conv_kernel}}, ""},
-          {"A_log", {{Hv}}, ""},
-          {"dt_bias", {{Hv}}, ""},
-          {"norm.weight", {{Dv}}, ""},
-          delta_linear("out_proj", d, Hv * Dv)};
+  std::vector<delta_weight_spec> s;
+  if (layout == gdn_layout::fused) {
+    // in_proj_qkvz: per key-head group [q (D_k) | k (D_k) | v (r·D_v) | z (r·D_v)], r = H_v / H_k
+    s = {delta_linear("in_proj_qkvz", 2 * Hk * Dk + 2 * Hv * Dv, d),
+         delta_linear("in_proj_ba", 2 * Hv, d)};  // per group [b (r) | a (r)]
+  } else {
+    // in_proj_qkv: [q of every key head | k of every key head | v of every value head]
+    s = {delta_linear("in_proj_qkv", c.conv_channels(), d), delta_linear("in_proj_z", Hv * Dv, d),
+         delta_linear("in_proj_b", Hv, d), delta_linear("in_proj_a", Hv, d)};
+  }
+  s.push_back({"conv1d.weight", {{c.conv_channels(), 1, c.conv_kernel}}, ""});
+  s.push_back({"A_log", {{Hv}}, ""});
+  s.push_back({"dt_bias", {{Hv}}, ""});
+  s.push_back({"norm.weight", {{Dv}}, ""});
+  s.push_back(delta_linear("out_proj", d, Hv * Dv));
+  return s;
 }
 
 inline std::vector<delta_weight_spec> kda_weight_specs(const delta_config& c, const delta_weight_ranks& r) {
@@ -105,13 +128,37 @@ inline std::vector<delta_weight_spec> kda_weight_specs(const delta_config& c, co
   return s;
 }
 
+}  // namespace detail
+
+/// How `w` stores a Gated DeltaNet layer's input projections (docs/spec.md §14): `split` when it holds
+/// any of in_proj_qkv, in_proj_z, in_proj_b, in_proj_a (weight or bias), else `fused`. Throws
+/// weight_error naming a tensor of each when both layouts are present: the layer would read one and
+/// silently ignore the other.
+inline gdn_layout detect_gdn_layout(const weight_map& w) {
+  const std::string fused = detail::gdn_tensor_present(w, gdn_layout::fused);
+  const std::string split = detail::gdn_tensor_present(w, gdn_layout::split);
+  detail::require<weight_error>(fused.empty() || split.empty(), "weights '", fused, "' and '", split,
+                                "' are both present: a Gated DeltaNet layer stores its input projections either fused "
+                                "(in_proj_qkvz, in_proj_ba) or split (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a), "
+                                "not both (docs/spec.md §14)");
+  return split.empty() ? gdn_layout::fused : gdn_layout::split;
+}
+
+namespace detail {
+
 /// The contract of `c`, its ranks read from `w` (which must hold f_a_proj, and g_a_proj for a
-/// low_rank gate without gate_rank). Checks nothing else: see check_delta_weights.
+/// low_rank gate without gate_rank) and, for Gated DeltaNet, its layout (detect_gdn_layout). Checks
+/// nothing else: see check_delta_weights.
 inline delta_weight_contract delta_weights(const delta_config& c, const weight_map& w) {
   delta_weight_contract k;
   k.kind = c.kind;
   k.ranks = delta_ranks(c, w);
-  k.weights = c.kind == delta_kind::kda ? kda_weight_specs(c, k.ranks) : gdn_weight_specs(c);
+  if (c.kind == delta_kind::kda) {
+    k.weights = kda_weight_specs(c, k.ranks);
+  } else {
+    k.layout = detect_gdn_layout(w);
+    k.weights = gdn_weight_specs(c, k.layout);
+  }
   return k;
 }
 
@@ -155,6 +202,12 @@ inline void check_decay_parameters(const delta_config& c, const weight_map& w) {
 /// layer has none there, so it would be dropped silently), finite A_log and dt_bias.
 inline delta_weight_contract check_delta_weights(const delta_config& c, const weight_map& w) {
   delta_weight_contract k = delta_weights(c, w);
+  // Neither layout present: name both, so a Qwen3.5 checkpoint is not told only of Qwen3-Next's tensors.
+  require<weight_error>(c.kind == delta_kind::kda || w.contains(k.weights.front().name) ||
+                            !gdn_tensor_present(w, k.layout).empty(),
+                        "missing weight '", k.weights.front().name, "' (expected shape ",
+                        delta_shapes_string(k.weights.front()), "), or the split input projections 'in_proj_qkv.weight', "
+                        "'in_proj_z.weight', 'in_proj_b.weight', 'in_proj_a.weight' (docs/spec.md §14)");
   const std::string suffix = ".weight";
   for (const delta_weight_spec& s : k.weights) {
     (void)delta_weight(w, s);

@@ -311,10 +311,12 @@ inline layer_cost cost(const mla_config& c, mla_form form = mla_form::absorbed) 
 }
 
 /// Parameter, FLOP and memory counts of one gated delta-rule layer (docs/spec.md §13), without
-/// biases. The output gate's scores (GDN: the z rows of in_proj_qkvz; KDA: g_proj or g_a → g_b) are
-/// the gate's parameters. KDA's low-rank widths come from the weights; without them (a config alone)
-/// they are taken as key_head_dim, as Kimi Linear has them (gate.rank when the config gives it).
-inline layer_cost cost(const delta_config& c) {
+/// biases. The output gate's scores (GDN: the z rows of in_proj_qkvz, or in_proj_z; KDA: g_proj or
+/// g_a → g_b) are the gate's parameters. A Gated DeltaNet layer's projections are listed as `layout`
+/// stores them (docs/spec.md §14: the same counts either way). KDA's low-rank widths come from the
+/// weights; without them (a config alone) they are taken as key_head_dim, as Kimi Linear has them
+/// (gate.rank when the config gives it).
+inline layer_cost cost(const delta_config& c, gdn_layout layout = gdn_layout::fused) {
   validate(c);
   const index d = c.hidden, Hk = c.key_heads, Hv = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim;
   const index qk = Hk * Dk, v = Hv * Dv, K = c.conv_kernel;
@@ -324,8 +326,9 @@ inline layer_cost cost(const delta_config& c) {
   out.description = std::string(kda ? "KDA" : "Gated DeltaNet") + " d=" + detail::with_commas(std::int64_t(d)) +
                     " H_k=" + std::to_string(Hk) + " H_v=" + std::to_string(Hv) + " D_k=" + std::to_string(Dk) +
                     " D_v=" + std::to_string(Dv) + " conv=" + std::to_string(K) +
-                    (kda ? std::string(", decay ") + to_string(c.decay) : std::string()) + ", output gate " +
-                    (kda ? "sigmoid" : "silu");
+                    (kda ? std::string(", decay ") + to_string(c.decay) : std::string(", ") + to_string(layout) +
+                                                                             " input projections") +
+                    ", output gate " + (kda ? "sigmoid" : "silu");
   using detail::make_projection;
   if (kda) {
     const index fa = Dk, ga = c.gate_rank > 0 ? c.gate_rank : Dk;
@@ -347,8 +350,15 @@ inline layer_cost cost(const delta_config& c) {
     out.norms.push_back(detail::make_norm("dt_bias", Hv * Dk));
     out.norms.push_back(detail::make_norm("o_norm", Dv));
   } else {
-    out.projections.push_back(make_projection("in_proj_qkvz", 2 * qk + 2 * v, d, v));
-    out.projections.push_back(make_projection("in_proj_ba", 2 * Hv, d));
+    if (layout == gdn_layout::fused) {
+      out.projections.push_back(make_projection("in_proj_qkvz", 2 * qk + 2 * v, d, v));
+      out.projections.push_back(make_projection("in_proj_ba", 2 * Hv, d));
+    } else {
+      out.projections.push_back(make_projection("in_proj_qkv", 2 * qk + v, d));
+      out.projections.push_back(make_projection("in_proj_z", v, d, v));
+      out.projections.push_back(make_projection("in_proj_b", Hv, d));
+      out.projections.push_back(make_projection("in_proj_a", Hv, d));
+    }
     out.projections.push_back(make_projection("out_proj", d, v));
     out.norms.push_back(make_projection("conv1d", c.conv_channels(), K));
     out.norms.push_back(detail::make_norm("A_log", Hv));

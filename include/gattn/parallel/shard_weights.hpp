@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gattn/core/delta_weights.hpp"
 #include "gattn/core/validate.hpp"
 #include "gattn/core/weights.hpp"
 #include "gattn/gate/shape.hpp"
@@ -172,10 +173,11 @@ inline void put_head_values(weight_map& out, const weight_map& w, const std::str
   out.set(name, slice_rows(flat, {{s.q_first * per, s.q_count * per}}));
 }
 
-/// Gated DeltaNet's fused projections: per key-head group, in_proj_qkvz [q | k | v of its r heads |
-/// z of its r heads] and in_proj_ba [b of r | a of r]; the rank keeps its groups, or, when a group is
-/// replicated across ranks, its q and k with the rank's value heads of that group.
-inline void put_gdn_projections(weight_map& out, const weight_map& w, const delta_config& c, const head_split& s) {
+/// Gated DeltaNet's fused projections (Qwen3-Next): per key-head group, in_proj_qkvz [q | k | v of its
+/// r heads | z of its r heads] and in_proj_ba [b of r | a of r]; the rank keeps its groups, or, when a
+/// group is replicated across ranks, its q and k with the rank's value heads of that group.
+inline void put_fused_gdn_projections(weight_map& out, const weight_map& w, const delta_config& c,
+                                      const head_split& s) {
   const index Dk = c.key_head_dim, Dv = c.value_head_dim, r = c.group_size(), W = 2 * Dk + 2 * r * Dv;
   const index d = c.hidden, Hk = c.key_heads;
   std::vector<row_run> qkvz, ba;
@@ -189,9 +191,26 @@ inline void put_gdn_projections(weight_map& out, const weight_map& w, const delt
   }
   put_rows(out, w, "in_proj_qkvz", {Hk * W, d}, qkvz);
   put_rows(out, w, "in_proj_ba", {2 * c.value_heads, d}, ba);
+}
+
+/// Gated DeltaNet's input projections and convolution for the rank's value heads and the key heads
+/// they read, in the layout the weights have (docs/spec.md §14). Split (Qwen3.5): in_proj_qkv keeps
+/// the rows of the rank's conv channels [q | k | v] (the same runs as conv1d, whole groups or part of
+/// one alike; three runs, so those rows are copied), in_proj_z, in_proj_b and in_proj_a the rows of
+/// its value heads (views).
+inline void put_gdn_projections(weight_map& out, const weight_map& w, const delta_config& c, const head_split& s) {
+  const index Dk = c.key_head_dim, Dv = c.value_head_dim, d = c.hidden, Hk = c.key_heads, Hv = c.value_heads;
   const std::vector<row_run> channels = {{s.kv_first * Dk, s.kv_count * Dk},
                                          {Hk * Dk + s.kv_first * Dk, s.kv_count * Dk},
                                          {2 * Hk * Dk + s.q_first * Dv, s.q_count * Dv}};
+  if (detect_gdn_layout(w) == gdn_layout::split) {
+    put_rows(out, w, "in_proj_qkv", {c.conv_channels(), d}, channels);
+    put_rows(out, w, "in_proj_z", {Hv * Dv, d}, {{s.q_first * Dv, s.q_count * Dv}});
+    put_rows(out, w, "in_proj_b", {Hv, d}, {{s.q_first, s.q_count}});
+    put_rows(out, w, "in_proj_a", {Hv, d}, {{s.q_first, s.q_count}});
+  } else {
+    put_fused_gdn_projections(out, w, c, s);
+  }
   out.set("conv1d.weight", slice_channels(w.get("conv1d.weight", {c.conv_channels(), 1, c.conv_kernel}), channels));
 }
 

@@ -1,5 +1,6 @@
-// The reference gated delta-rule layers (docs/spec.md §13): Gated DeltaNet and KDA in double precision,
-// one sequence from a zero state, the recurrence run token by token exactly as the spec writes it.
+// The reference gated delta-rule layers (docs/spec.md §13, §14): Gated DeltaNet (either layout of its
+// input projections) and KDA in double precision, one sequence from a zero state, the recurrence run
+// token by token exactly as the spec writes it.
 #pragma once
 
 #include <cmath>
@@ -71,7 +72,7 @@ inline void l2norm(dmatrix& x, index vectors, index n) {
   }
 }
 
-/// Gated DeltaNet's fused projections, split per key-head group g (r = H_v / H_k value heads each):
+/// Gated DeltaNet's fused projections (Qwen3-Next), split per key-head group g (r = H_v / H_k value heads each):
 /// in_proj_qkvz [q_g | k_g | v of its r heads | z of its r heads], in_proj_ba [b of its r heads | a of them].
 inline delta_projections gdn_projections(const delta_config& c, const weight_map& w, const dmatrix& x, index T) {
   const index Hk = c.key_heads, Hv = c.value_heads, Dk = c.key_head_dim, Dv = c.value_head_dim, r = c.group_size();
@@ -102,6 +103,29 @@ inline delta_projections gdn_projections(const delta_config& c, const weight_map
         p.decay_in[std::size_t(t * Hv + g * r + j)] = ba[std::size_t(t * 2 * Hv + g * 2 * r + r + j)];
       }
     }
+  return p;
+}
+
+/// Qwen3.5's split projections (docs/spec.md §14): in_proj_qkv's rows are [q of every key head | k of
+/// every key head | v of every value head]; z, b and a are one tensor each, value heads in order.
+inline delta_projections gdn_split_projections(const delta_config& c, const weight_map& w, const dmatrix& x, index T) {
+  const index qk = c.key_heads * c.key_head_dim, v = c.value_heads * c.value_head_dim, C = c.conv_channels();
+  const dmatrix qkv = linear(x, T, c.hidden, w, "in_proj_qkv", C);
+  delta_projections p;
+  p.q.resize(std::size_t(T * qk));
+  p.k.resize(p.q.size());
+  p.v.resize(std::size_t(T * v));
+  for (index t = 0; t < T; ++t) {
+    const double* row = &qkv[std::size_t(t * C)];
+    for (index i = 0; i < qk; ++i) {
+      p.q[std::size_t(t * qk + i)] = row[i];
+      p.k[std::size_t(t * qk + i)] = row[qk + i];
+    }
+    for (index j = 0; j < v; ++j) p.v[std::size_t(t * v + j)] = row[2 * qk + j];
+  }
+  p.gate = linear(x, T, c.hidden, w, "in_proj_z", v);
+  p.b = linear(x, T, c.hidden, w, "in_proj_b", c.value_heads);
+  p.decay_in = linear(x, T, c.hidden, w, "in_proj_a", c.value_heads);
   return p;
 }
 
@@ -230,7 +254,9 @@ inline delta_result delta_layer_forward(const delta_config& c, const weight_map&
   for (index t = 0; t < T; ++t)
     for (index i = 0; i < d; ++i) xd[std::size_t(t * d + i)] = double(x[t * x_stride + i]);
 
-  delta_projections p = kda ? kda_projections(c, k.ranks, w, xd, T) : gdn_projections(c, w, xd, T);
+  delta_projections p = kda                                ? kda_projections(c, k.ranks, w, xd, T)
+                        : k.layout == gdn_layout::split ? gdn_split_projections(c, w, xd, T)
+                                                        : gdn_projections(c, w, xd, T);
   const delta_streams s = delta_streams_from(c, k, w, std::move(p), T);
   delta_result r;
   r.tokens = T;
