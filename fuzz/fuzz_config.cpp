@@ -26,16 +26,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (j.contains("model_type")) {
       // The layer-aware entry points read keys parse_hf_config(j) may not reach.
       (void)gattn::io::needs_layer_index(j);
-      (void)gattn::io::first_attention_layer(j);
-      for (gattn::index layer = 0; layer < 6; ++layer) {
+      const gattn::gdn_layout layout = gattn::io::hf_gdn_layout(j);
+      // Layers 0-5, and layers at the edge of what any config can hold (their `layer + 1` must not overflow).
+      for (gattn::index layer : {gattn::index(0), gattn::index(1), gattn::index(2), gattn::index(3), gattn::index(4),
+                                 gattn::index(5), gattn::index(2147483646), gattn::index(9223372036854775807)}) {
         try {
           (void)gattn::io::hf_layer_prefix(j, layer);
           const gattn::layer_config at = gattn::io::parse_hf_config(j, layer);
-          (void)std::visit([](const auto& c) { return gattn::cost(c); }, at);
+          if (const auto* d = std::get_if<gattn::delta_config>(&at)) (void)gattn::cost(*d, layout);
+          else (void)std::visit([](const auto& c) { return gattn::cost(c); }, at);
         } catch (const gattn::error&) {
           // One refused layer says nothing about the next.
         }
       }
+      (void)gattn::io::first_attention_layer(j);
     }
   } catch (const gattn::error&) {
     // Refusing bad input with a gattn error is the expected outcome; anything else is a bug.

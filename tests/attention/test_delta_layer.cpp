@@ -1,7 +1,8 @@
 // Tests for include/gattn/attention/delta_layer.hpp: the Gated DeltaNet and KDA layers against the
 // float64 vectors and the reference on every path (one call, calls split anywhere, token-by-token
-// decode, both kernel forms, threads), and their properties (causality of non-finite values, decays
-// from vanishing to overwhelming, refused calls change nothing).
+// decode, both kernel forms, threads, batches), the Hugging Face folders (Qwen3.5's split input
+// projections equal to the fused ones bit for bit), and their properties (causality of non-finite
+// values, decays from vanishing to overwhelming, refused calls change nothing).
 #include "gattn/attention/any_layer.hpp"
 #include "gattn/io.hpp"
 #include "gattn/reference/delta_layer.hpp"
@@ -83,18 +84,28 @@ TEST_P(DeltaVectors, EveryPathMatchesTheVector) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, DeltaVectors, ::testing::ValuesIn(gattn::test::delta_case_names()));
 
+/// The delta-rule layer of Hugging Face folder `dir`: its config.json at `layer_index`, its bf16
+/// weights used in place under the layer's prefix.
+gattn::any_layer hf_folder_layer(const std::string& dir, index layer_index) {
+  const std::string path = gattn::test::delta_data_path(dir);
+  const auto cfg = gattn::io::load_layer_config(path + "/config.json", layer_index);
+  const auto ckpt = gattn::io::checkpoint::open(path + "/model.safetensors");
+  std::ifstream in(path + "/config.json");
+  const auto prefix = gattn::io::hf_layer_prefix(nlohmann::json::parse(in), layer_index);
+  return gattn::any_layer(cfg, gattn::io::load_weights(ckpt, prefix));
+}
+
+/// The Hugging Face delta-rule folders and their layer: Qwen3-Next, Kimi Linear, Qwen3.5 (the
+/// multimodal wrapper's split projections, a text-only config, H_v/H_k = 1, 2 and 4, D_k != D_v).
+const std::vector<std::pair<std::string, index>> hf_delta_folders = {
+    {"hf_qwen3_next_linear", 0}, {"hf_kimi_linear", 1}, {"hf_qwen3_5_linear", 0},
+    {"extra_hf_qwen3_5_text_linear_r4", 2}, {"extra_hf_qwen3_5_moe_linear_mha", 1}};
+
 // The Hugging Face folders: the config and layer index pick the layer, the bf16 weights are used in
-// place under the layer's prefix.
+// place under the layer's prefix; one prefill, calls of every size, token by token.
 TEST(DeltaHfFolders, LoadedLayersMatchTheVectors) {
-  for (const auto& [dir, layer_index] : std::vector<std::pair<std::string, index>>{{"hf_qwen3_next_linear", 0},
-                                                                                    {"hf_kimi_linear", 1}}) {
-    const std::string path = gattn::test::delta_data_path(dir);
-    const auto cfg = gattn::io::load_layer_config(path + "/config.json", layer_index);
-    const auto ckpt = gattn::io::checkpoint::open(path + "/model.safetensors");
-    std::ifstream in(path + "/config.json");
-    const auto prefix = gattn::io::hf_layer_prefix(nlohmann::json::parse(in), layer_index);
-    const auto weights = gattn::io::load_weights(ckpt, prefix);
-    const gattn::any_layer layer(cfg, weights);
+  for (const auto& [dir, layer_index] : hf_delta_folders) {
+    const gattn::any_layer layer = hf_folder_layer(dir, layer_index);
     ASSERT_TRUE(layer.is_delta()) << dir;
     const auto c = gattn::test::load_hf_delta_case(dir);
     for (const auto& pattern : call_patterns) {
@@ -108,6 +119,70 @@ TEST(DeltaHfFolders, LoadedLayersMatchTheVectors) {
       }
       EXPECT_LE(relative(y, c.y), 1e-4) << dir;
     }
+  }
+}
+
+// One batched step per round over a pool, every sequence a prefix of the folder's x (prefill chunks
+// and single decodes mixed): each row matches the vector's y.
+TEST(DeltaHfFolders, BatchesOverAPoolMatchTheVectors) {
+  for (const auto& [dir, layer_index] : hf_delta_folders) {
+    const gattn::any_layer layer = hf_folder_layer(dir, layer_index);
+    const auto c = gattn::test::load_hf_delta_case(dir);
+    const index d = c.hidden, T = c.tokens;
+    const std::vector<index> lengths = {T, (T + 1) / 2, 1};
+    gattn::delta_state_pool pool = layer.make_state_pool(3);
+    std::vector<gattn::delta_sequence> seqs;
+    for (std::size_t s = 0; s < lengths.size(); ++s) seqs.emplace_back(pool, pool.create());
+    std::vector<index> done(lengths.size(), 0);
+    std::vector<std::vector<float>> y(lengths.size());
+    for (std::size_t s = 0; s < lengths.size(); ++s) y[s].resize(std::size_t(lengths[s] * d));
+    gattn::layer_workspace ws;
+    for (int round = 0; done[0] < T; ++round) {
+      std::vector<index> cu = {0};
+      std::vector<float> xb;
+      std::vector<gattn::delta_sequence> members;
+      std::vector<std::size_t> who;
+      for (std::size_t s = 0; s < lengths.size(); ++s) {
+        const index n = std::min(round == 0 ? (lengths[s] + 2) / 3 : index(1), lengths[s] - done[s]);
+        if (n == 0) continue;
+        xb.insert(xb.end(), c.x.begin() + done[s] * d, c.x.begin() + (done[s] + n) * d);
+        cu.push_back(cu.back() + n);
+        members.push_back(seqs[s]);
+        who.push_back(s);
+      }
+      std::vector<float> yb(xb.size());
+      layer.step({xb.data(), cu.back(), d, d}, cu.data(), index(members.size()), members.data(),
+                 {yb.data(), cu.back(), d, d}, ws);
+      for (std::size_t m = 0; m < who.size(); ++m) {
+        std::copy(yb.begin() + cu[m] * d, yb.begin() + cu[m + 1] * d, y[who[m]].begin() + done[who[m]] * d);
+        done[who[m]] += cu[m + 1] - cu[m];
+      }
+    }
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+      const std::vector<double> prefix(c.y.begin(), c.y.begin() + lengths[s] * d);
+      EXPECT_LE(relative(y[s], prefix), 1e-4) << dir << " sequence " << s;
+    }
+  }
+}
+
+// Qwen3.5's folder holds Qwen3-Next's folder's weights with the projections split: the same layer,
+// bit for bit, on every path.
+TEST(DeltaSplitLayout, Qwen3_5FolderEqualsTheQwen3NextFolderBitForBit) {
+  const gattn::any_layer split = hf_folder_layer("hf_qwen3_5_linear", 0);
+  const gattn::any_layer fused = hf_folder_layer("hf_qwen3_next_linear", 0);
+  const auto c = gattn::test::load_hf_delta_case("hf_qwen3_5_linear");
+  const index d = c.hidden;
+  for (const auto& pattern : call_patterns) {
+    delta_state a = split.make_state(), b = fused.make_state();
+    std::vector<float> ya(c.y.size()), yb(c.y.size());
+    for (index t = 0, i = 0; t < c.tokens; ++i) {
+      const index n = std::min(pattern[std::size_t(i) % pattern.size()], c.tokens - t);
+      split.prefill({c.x.data() + t * d, n, d, d}, a, {ya.data() + t * d, n, d, d});
+      fused.prefill({c.x.data() + t * d, n, d, d}, b, {yb.data() + t * d, n, d, d});
+      t += n;
+    }
+    EXPECT_EQ(ya, yb) << "calls of " << pattern.front();
+    EXPECT_TRUE(std::equal(a.recurrent(), a.recurrent() + a.shape().total(), b.recurrent()));
   }
 }
 

@@ -91,7 +91,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, FastNumericsDeltaVectors, ::testing::ValuesIn(te
 TEST(FastNumericsHfFolders, EveryFolderMatchesItsVector) {
   for (const char* dir : {"hf_qwen3_next", "hf_deepseek_v3_gated", "hf_qwen3_next_linear", "hf_kimi_linear",
                           "extra_hf_deepseek_v2_plain", "extra_hf_kimi_k3_nope", "extra_hf_qwen3_next_7",
-                          "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias"}) {
+                          "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias", "hf_qwen3_5",
+                          "hf_qwen3_5_linear", "extra_hf_qwen3_5_text_linear_r4", "extra_hf_qwen3_5_moe_linear_mha",
+                          "extra_hf_qwen3_5_moe_full_7", "extra_hf_qwen3_5_text_ungated"}) {
     const std::string path = test::data_path(dir);
     const auto io_file = gattn::io::safetensors_file::open(path + "/io.safetensors");
     const layer_config cfg = gattn::io::parse_gattn_config(nlohmann::json::parse(io_file.metadata().at("gattn_config")));

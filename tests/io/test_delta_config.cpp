@@ -132,7 +132,7 @@ TEST(DeltaConfig, PublicVectorFields) {
   EXPECT_EQ(b.gate, gattn::gate_source::separate);
   EXPECT_EQ(b.decay, gattn::decay_form::lower_bound);
   EXPECT_DOUBLE_EQ(b.decay_lower_bound, -5.0);
-  for (const char* dir : {"hf_qwen3_next_linear", "hf_kimi_linear"}) {
+  for (const char* dir : {"hf_qwen3_next_linear", "hf_kimi_linear", "hf_qwen3_5_linear"}) {
     const auto io = gattn::io::safetensors_file::open(data_file(std::string(dir) + "/io.safetensors"));
     EXPECT_NO_THROW(parse_delta_config(json::parse(io.metadata().at("gattn_config")))) << dir;
   }

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -111,23 +113,42 @@ void expect_same(const mla_config& a, const mla_config& b) {
   expect_same(a.gate, b.gate);
 }
 
-void expect_same(const layer_config& a, const layer_config& b) {
-  ASSERT_EQ(a.index(), b.index()) << "attention kind (gqa vs mla)";
-  if (const auto* g = std::get_if<gqa_config>(&a)) expect_same(*g, std::get<gqa_config>(b));
-  else expect_same(std::get<mla_config>(a), std::get<mla_config>(b));
+void expect_same(const gattn::delta_config& a, const gattn::delta_config& b) {
+  EXPECT_EQ(a.kind, b.kind) << "kind";
+  EXPECT_EQ(a.hidden, b.hidden) << "hidden";
+  EXPECT_EQ(a.key_heads, b.key_heads) << "key_heads";
+  EXPECT_EQ(a.value_heads, b.value_heads) << "value_heads";
+  EXPECT_EQ(a.key_head_dim, b.key_head_dim) << "key_head_dim";
+  EXPECT_EQ(a.value_head_dim, b.value_head_dim) << "value_head_dim";
+  EXPECT_EQ(a.conv_kernel, b.conv_kernel) << "conv_kernel";
+  EXPECT_DOUBLE_EQ(a.rms_norm_eps, b.rms_norm_eps) << "rms_norm_eps";
+  EXPECT_EQ(a.decay, b.decay) << "decay";
+  EXPECT_DOUBLE_EQ(a.decay_lower_bound, b.decay_lower_bound) << "decay_lower_bound";
+  EXPECT_EQ(a.gate, b.gate) << "gate";
+  EXPECT_EQ(a.gate_rank, b.gate_rank) << "gate_rank";
 }
 
-/// The gattn config that refgen stored next to the HF checkpoint, and the prefix it used.
+void expect_same(const layer_config& a, const layer_config& b) {
+  ASSERT_EQ(a.index(), b.index()) << "layer kind (gqa, mla or a delta-rule layer)";
+  if (const auto* g = std::get_if<gqa_config>(&a)) expect_same(*g, std::get<gqa_config>(b));
+  else if (const auto* m = std::get_if<mla_config>(&a)) expect_same(*m, std::get<mla_config>(b));
+  else expect_same(std::get<gattn::delta_config>(a), std::get<gattn::delta_config>(b));
+}
+
+/// The gattn config that refgen stored next to the HF checkpoint, the prefix it used, and the layer
+/// its weights are (-1 when the metadata does not say).
 struct hf_vector {
   json hf;
   layer_config expected;
   std::string prefix;
+  gattn::index layer = -1;
 };
 
 hf_vector load_hf_vector(const std::string& name) {
   const auto io = gattn::io::safetensors_file::open(data_path(name + "/io.safetensors"));
-  return {read_json(data_path(name + "/config.json")), parse_gattn_config(json::parse(io.metadata().at("gattn_config"))),
-          io.metadata().at("prefix")};
+  const auto& meta = io.metadata();
+  return {read_json(data_path(name + "/config.json")), parse_gattn_config(json::parse(meta.at("gattn_config"))),
+          meta.at("prefix"), meta.count("layer") ? gattn::index(std::stoll(meta.at("layer"))) : -1};
 }
 
 /// The config_error message parse_hf_config throws for `layer` (-1: none) ("" and a failure when it
@@ -434,6 +455,8 @@ TEST(HfConfigRefusal, UnknownModelTypeListsSupported) {
   EXPECT_THAT(m, HasSubstr("qwen3_next"));
   EXPECT_THAT(m, HasSubstr("deepseek_v3"));
   EXPECT_THAT(m, HasSubstr("kimi_k3"));
+  for (const char* type : {"qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"})
+    EXPECT_THAT(m, HasSubstr(type));
   j["model_type"] = 3;
   EXPECT_THAT(hf_error(j), HasSubstr("model_type"));
   j.erase("model_type");
@@ -717,6 +740,308 @@ TEST(HfConfigFile, RefusedContentNamesFileAndKey) {
     EXPECT_THAT(e.what(), HasSubstr(g.path));
     EXPECT_THAT(e.what(), HasSubstr("head_dim"));
   }
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// Qwen3.5 / Qwen3.6 (docs/spec.md §14): the text model's keys at the top or under a wrapper's
+// text_config, weights under model.layers. or model.language_model.layers.
+
+const json::array_t eight_layer_types = {"linear_attention", "linear_attention", "linear_attention", "full_attention",
+                                         "linear_attention", "linear_attention", "linear_attention", "full_attention"};
+
+json qwen3_5_text_json(const char* type = "qwen3_5_text") {
+  return {{"model_type", type},
+          {"hidden_size", 64},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"head_dim", 32},
+          {"rms_norm_eps", 1e-6},
+          {"num_hidden_layers", 8},
+          {"attn_output_gate", true},
+          {"hidden_act", "silu"},
+          {"linear_num_key_heads", 2},
+          {"linear_num_value_heads", 4},
+          {"linear_key_head_dim", 16},
+          {"linear_value_head_dim", 24},
+          {"linear_conv_kernel_dim", 4},
+          {"layer_types", eight_layer_types},
+          {"rope_parameters",
+           {{"rope_type", "default"}, {"rope_theta", 1e7}, {"partial_rotary_factor", 0.25},
+            {"mrope_section", {2, 1, 1}}, {"mrope_interleaved", true}}},
+          {"vocab_size", 248320},
+          {"dtype", "bfloat16"}};
+}
+
+/// The multimodal wrapper around `text` (its vision keys do not concern the layers).
+json qwen3_5_wrapper(json text, const char* type = "qwen3_5") {
+  return {{"architectures", {"Qwen3_5ForConditionalGeneration"}},
+          {"model_type", type},
+          {"text_config", std::move(text)},
+          {"vision_config", {{"model_type", type}, {"depth", 27}, {"hidden_size", 1152}}},
+          {"image_token_id", 248056},
+          {"tie_word_embeddings", false}};
+}
+
+TEST(HfConfigVectors, Qwen3_5FoldersMatchTheirGattnConfigs) {
+  for (const char* name : {"hf_qwen3_5", "hf_qwen3_5_linear", "extra_hf_qwen3_5_text_linear_r4",
+                           "extra_hf_qwen3_5_moe_linear_mha", "extra_hf_qwen3_5_moe_full_7",
+                           "extra_hf_qwen3_5_text_ungated"}) {
+    SCOPED_TRACE(name);
+    const auto v = load_hf_vector(name);
+    ASSERT_GE(v.layer, 0);
+    expect_same(parse_hf_config(v.hf, v.layer), v.expected);
+    expect_same(gattn::io::load_layer_config(data_path(std::string(name) + "/config.json"), v.layer), v.expected);
+    EXPECT_EQ(gattn::io::hf_layer_prefix(v.hf, v.layer), v.prefix);
+    EXPECT_TRUE(gattn::io::needs_layer_index(v.hf));
+  }
+  const auto v = load_hf_vector("hf_qwen3_5");
+  EXPECT_EQ(gattn::io::first_attention_layer(v.hf), 3);
+  const auto census = gattn::io::attention_layers(v.hf);
+  ASSERT_TRUE(census.has_value());
+  EXPECT_EQ(census->attention, (std::vector<gattn::index>{3, 7}));
+  EXPECT_EQ(census->linear, (std::vector<gattn::index>{0, 1, 2, 4, 5, 6}));
+  EXPECT_EQ(gattn::io::hf_gdn_layout(v.hf), gattn::gdn_layout::split);
+  EXPECT_EQ(gattn::io::hf_gdn_layout(read_json(data_path("hf_qwen3_next_linear/config.json"))), gattn::gdn_layout::fused);
+}
+
+// The same text model, alone or wrapped, dense or MoE: the same layers, under its own weight prefix.
+TEST(HfConfigQwen3_5, WrapperAndTextOnlyDescribeTheSameLayers) {
+  for (const char* moe : {"", "_moe"}) {
+    const json text = qwen3_5_text_json((std::string("qwen3_5") + moe + "_text").c_str());
+    const json wrapped = qwen3_5_wrapper(text, (std::string("qwen3_5") + moe).c_str());
+    for (gattn::index layer = 0; layer < 8; ++layer) {
+      SCOPED_TRACE(std::string(moe) + " layer " + std::to_string(layer));
+      const layer_config a = parse_hf_config(text, layer);
+      expect_same(a, parse_hf_config(wrapped, layer));
+      const std::string kind = layer % 4 == 3 ? "self_attn." : "linear_attn.";
+      EXPECT_EQ(gattn::io::hf_layer_prefix(text, layer), "model.layers." + std::to_string(layer) + "." + kind);
+      EXPECT_EQ(gattn::io::hf_layer_prefix(wrapped, layer),
+                "model.language_model.layers." + std::to_string(layer) + "." + kind);
+    }
+  }
+  const json text = qwen3_5_text_json();
+  const auto full = std::get<gqa_config>(parse_hf_config(text, 3));
+  expect_same(layer_config(full), parse_hf_config(qwen3_next_json(), 3));  // Qwen3-Next's layer exactly
+  EXPECT_EQ(full.gate.source, gattn::gate_source::fused_q);
+  EXPECT_EQ(full.gate.layout, gattn::fused_layout::per_head);
+  EXPECT_EQ(full.qk_norm, gattn::norm_kind::rms_zero_centered);
+  EXPECT_EQ(full.rope.rotary_dim, 8);
+  EXPECT_DOUBLE_EQ(full.rope.theta, 1e7);
+  const auto linear = std::get<gattn::delta_config>(parse_hf_config(text, 0));
+  EXPECT_EQ(linear.kind, gattn::delta_kind::gated_deltanet);
+  EXPECT_EQ(linear.value_heads, 4);
+  EXPECT_EQ(linear.value_head_dim, 24);
+}
+
+TEST(HfConfigQwen3_5, LayerKindsFromLayerTypesElseTheInterval) {
+  json text = qwen3_5_text_json();
+  text.erase("layer_types");  // the interval then decides, 4 by default
+  const json wrapped = qwen3_5_wrapper(text);
+  EXPECT_EQ(gattn::io::first_attention_layer(wrapped), 3);
+  EXPECT_EQ(gattn::io::hf_layer_prefix(wrapped, 7), "model.language_model.layers.7.self_attn.");
+  EXPECT_EQ(gattn::io::hf_layer_prefix(wrapped, 6), "model.language_model.layers.6.linear_attn.");
+  EXPECT_THAT(hf_error(wrapped), HasSubstr("full_attention (gqa) layers 3, 7"));
+  EXPECT_THAT(hf_error(wrapped), HasSubstr("linear_attention (gated_deltanet) layers 0, 1, 2, 4, 5, 6"));
+  text["full_attention_interval"] = 2;
+  EXPECT_EQ(gattn::io::attention_layers(text)->attention, (std::vector<gattn::index>{1, 3, 5, 7}));
+  text["full_attention_interval"] = 1;  // every layer full attention: one kind, no index needed
+  EXPECT_FALSE(gattn::io::needs_layer_index(text));
+  EXPECT_NO_THROW(parse_hf_config(text));
+  text.erase("num_hidden_layers");
+  text["full_attention_interval"] = 4;
+  EXPECT_THAT(hf_error(text), HasSubstr("full_attention (gqa) layers 3, 7, ..."));
+  // Qwen3.5 has two layer kinds: another entry is refused, and not counted.
+  json typed = qwen3_5_text_json();
+  typed["layer_types"][5] = "sliding_attention";
+  EXPECT_THAT(hf_error(typed, 5), HasSubstr("'layer_types'[5]=\"sliding_attention\""));
+  EXPECT_EQ(gattn::io::attention_layers(typed)->attention, (std::vector<gattn::index>{3, 7}));
+}
+
+TEST(HfConfigQwen3_5, TextConfigIsRequiredAndMustBeItsTextModel) {
+  json j = qwen3_5_wrapper(qwen3_5_text_json());
+  j.erase("text_config");
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("missing required key 'text_config'"));
+  j["text_config"] = 5;
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("'text_config' must be an object"));
+  for (const char* inner : {"qwen3_next", "qwen3_5_moe_text", "qwen3_5"}) {
+    const std::string m = hf_error(qwen3_5_wrapper(qwen3_5_text_json(inner)), 3);
+    EXPECT_THAT(m, HasSubstr("'text_config.model_type'")) << inner;
+    EXPECT_THAT(m, HasSubstr(inner));
+  }
+  json no_inner_type = qwen3_5_text_json();
+  no_inner_type.erase("model_type");
+  EXPECT_NO_THROW(parse_hf_config(qwen3_5_wrapper(no_inner_type), 3));
+  // A key of the text model is named with where it sits.
+  json bad = qwen3_5_text_json();
+  bad["hidden_size"] = "64";
+  const std::string m = hf_error(qwen3_5_wrapper(bad), 3);
+  EXPECT_THAT(m, HasSubstr("text_config"));
+  EXPECT_THAT(m, HasSubstr("'hidden_size'"));
+}
+
+TEST(HfConfigQwen3_5, VisionAndOtherMultimodalKeysAreIgnored) {
+  json j = qwen3_5_wrapper(qwen3_5_text_json());
+  j["vision_config"] = {{"depth", "many"}, {"hidden_act", "gelu_pytorch_tanh"}, {"rope_theta", "x"}};
+  j["image_token_id"] = "an image";
+  j["video_token_id"] = nullptr;
+  j["vision_start_token_id"] = 1;
+  expect_same(parse_hf_config(j, 3), parse_hf_config(qwen3_5_text_json(), 3));
+  expect_same(parse_hf_config(j, 2), parse_hf_config(qwen3_5_text_json(), 2));
+}
+
+// mrope_section / mrope_interleaved reduce to plain RoPE for text tokens: accepted, types checked.
+TEST(HfConfigQwen3_5, MropeKeysAreAcceptedAndTypeChecked) {
+  const layer_config plain = parse_hf_config(qwen3_5_text_json(), 3);
+  for (const json& section : {json{11, 11, 10}, json::array(), json{4, 0, 0}}) {
+    json j = qwen3_5_text_json();
+    j["rope_parameters"]["mrope_section"] = section;
+    j["rope_parameters"]["mrope_interleaved"] = false;
+    expect_same(parse_hf_config(j, 3), plain);
+  }
+  for (const json& bad : {json("2,1,1"), json{2, -1, 1}, json{1.5, 1}, json{{"t", 2}}, json{"2"}}) {
+    json j = qwen3_5_text_json();
+    j["rope_parameters"]["mrope_section"] = bad;
+    const std::string m = hf_error(j, 3);
+    EXPECT_THAT(m, HasSubstr("mrope_section")) << bad.dump();
+    EXPECT_THAT(m, HasSubstr("rope_parameters")) << bad.dump();
+  }
+  json j = qwen3_5_text_json();
+  j["rope_parameters"]["mrope_interleaved"] = "yes";
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("'mrope_interleaved'"));
+  j = qwen3_5_text_json();
+  j["rope_parameters"]["rope_type"] = "linear";
+  j["rope_parameters"]["factor"] = 2.0;
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("linear"));
+}
+
+// attn_output_gate false is Qwen3.5's layer without the gate: q_proj holds the queries alone.
+TEST(HfConfigQwen3_5, AttnOutputGateFalseIsTheUngatedLayer) {
+  json j = qwen3_5_text_json();
+  j["attn_output_gate"] = false;
+  const auto ungated = std::get<gqa_config>(parse_hf_config(j, 3));
+  EXPECT_FALSE(ungated.gate.enabled);
+  gqa_config expected = std::get<gqa_config>(parse_hf_config(qwen3_5_text_json(), 3));
+  expected.gate = gattn::gate_config{};
+  expect_same(ungated, expected);
+  j.erase("attn_output_gate");  // absent: Qwen3.5's gate
+  EXPECT_TRUE(std::get<gqa_config>(parse_hf_config(j, 3)).gate.enabled);
+  j["attn_output_gate"] = "false";
+  EXPECT_THAT(hf_error(j, 3), HasSubstr("'attn_output_gate'"));
+}
+
+// The recurrent state is stored in float32: mamba_ssm_dtype may say so, and nothing else yet.
+TEST(HfConfigQwen3_5, MambaSsmDtypeMustBeFloat32) {
+  json j = qwen3_5_text_json();
+  j["mamba_ssm_dtype"] = "float32";
+  EXPECT_NO_THROW(parse_hf_config(j, 0));
+  j["mamba_ssm_dtype"] = "bfloat16";
+  const std::string m = hf_error(qwen3_5_wrapper(j), 0);
+  EXPECT_THAT(m, HasSubstr("'mamba_ssm_dtype'=\"bfloat16\""));
+  EXPECT_THAT(m, HasSubstr("bf16 state storage"));
+  EXPECT_NO_THROW(parse_hf_config(j, 3));  // a full-attention layer keeps no recurrent state
+  j["mamba_ssm_dtype"] = "float16";
+  EXPECT_THAT(hf_error(j, 0), HasSubstr("'mamba_ssm_dtype'=\"float16\""));
+  j["mamba_ssm_dtype"] = 32;
+  EXPECT_THAT(hf_error(j, 0), HasSubstr("'mamba_ssm_dtype' must be a string"));
+}
+
+TEST(HfConfigQwen3_5, KeysThatWouldChangeTheArithmeticAreRefused) {
+  const struct {
+    const char* key;
+    json value;
+    gattn::index layer;
+  } cases[] = {{"use_sliding_window", true, 3},       {"sliding_window", 4096, 3},
+               {"headwise_attn_output_gate", true, 3}, {"mla_use_output_gate", true, 3},
+               {"hidden_act", "gelu", 0},             {"num_key_value_heads", 3, 3}};
+  for (const auto& c : cases) {
+    json j = qwen3_5_text_json();
+    j[c.key] = c.value;
+    EXPECT_THAT(hf_error(qwen3_5_wrapper(j), c.layer), HasSubstr(c.key)) << c.key;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layer walks stay inside what a config can hold, and Kimi's 1-indexed KDA list is checked.
+
+json kimi_json() {
+  json j = deepseek_json();
+  j["model_type"] = "kimi_linear";
+  j["num_hidden_layers"] = 8;
+  j["linear_attn_config"] = {{"num_heads", 4},
+                             {"head_dim", 16},
+                             {"short_conv_kernel_size", 4},
+                             {"kda_layers", {1, 2, 3, 5, 6, 7}},
+                             {"full_attn_layers", {4, 8}}};
+  return j;
+}
+
+// Without num_hidden_layers (and layer_types) a layer index is bounded only by what any config can
+// state: beyond it, `layer + 1` would overflow in the families' rules. Refused, every entry point.
+TEST(HfConfigLayerBounds, LayersBeyondWhatAConfigCanHoldAreRefused) {
+  json next = qwen3_next_json(), q35 = qwen3_5_text_json(), kimi = kimi_json();
+  next.erase("num_hidden_layers");
+  q35.erase("num_hidden_layers");
+  q35.erase("layer_types");
+  kimi.erase("num_hidden_layers");
+  const gattn::index huge = std::numeric_limits<std::int64_t>::max();
+  for (const json& j : {next, q35, kimi, qwen3_json(), deepseek_json()}) {
+    json k = j;
+    k.erase("num_hidden_layers");
+    SCOPED_TRACE(k.at("model_type").get<std::string>());
+    for (gattn::index layer : {huge, huge - 1, gattn::index(std::numeric_limits<std::int32_t>::max())}) {
+      EXPECT_THAT(hf_error(k, layer), HasSubstr("layer " + std::to_string(layer) + " is beyond"));
+      EXPECT_THAT(config_error_of([&] { gattn::io::hf_layer_prefix(k, layer); }), HasSubstr("32-bit"));
+    }
+    const temp_file f(k.dump());
+    EXPECT_THAT(config_error_of([&] { gattn::io::load_layer_config(f.path, huge); }), HasSubstr("is beyond"));
+  }
+  // The last layer a config could hold is still a layer.
+  EXPECT_EQ(gattn::io::hf_layer_prefix(next, std::numeric_limits<std::int32_t>::max() - 1),
+            "model.layers.2147483646.linear_attn.");
+  json negative = qwen3_next_json();
+  negative["num_hidden_layers"] = -1;
+  EXPECT_THAT(hf_error(negative, 3), HasSubstr("'num_hidden_layers'=-1 must be >= 0"));
+}
+
+// kda_layers counts from 1: 0 (the 0-vs-1 confusion), an entry past the model's layers, a negative
+// one, INT64_MIN (whose `- 1` overflows) and 2^64 - 1 (no int64) name no layer. Refused, naming the
+// list and the entry, wherever the list is read.
+TEST(HfConfigLayerBounds, KdaLayersEntriesMustNameALayer) {
+  const struct {
+    json list;
+    const char* says;
+  } cases[] = {{{1, 0}, "'linear_attn_config.kda_layers'[1]=0: the list counts layers from 1"},
+               {{1, 9}, "'linear_attn_config.kda_layers'[1]=9 is beyond the 8 layers of the model"},
+               {{-2}, "'linear_attn_config.kda_layers'[0]=-2 is negative"},
+               {{std::numeric_limits<std::int64_t>::min()}, "[0]=-9223372036854775808 is negative"},
+               {{std::numeric_limits<std::uint64_t>::max()}, "[0]=18446744073709551615 is beyond"},
+               {{2.0}, "[0]=2.0 must be an integer"},
+               {{"3"}, "[0]=\"3\" must be an integer"}};
+  for (const auto& c : cases) {
+    json j = kimi_json();
+    j["linear_attn_config"]["kda_layers"] = c.list;
+    SCOPED_TRACE(c.list.dump());
+    EXPECT_THAT(hf_error(j, 0), HasSubstr(c.says));
+    EXPECT_THAT(hf_error(j, 3), HasSubstr(c.says));
+    EXPECT_THAT(config_error_of([&] { gattn::io::needs_layer_index(j); }), HasSubstr(c.says));
+    EXPECT_THAT(config_error_of([&] { gattn::io::attention_layers(j); }), HasSubstr(c.says));
+    j.erase("num_hidden_layers");  // without a layer count only the representable layers bound it
+    if (c.list != json{1, 9}) {
+      EXPECT_THAT(config_error_of([&] { gattn::io::first_attention_layer(j); }),
+                  HasSubstr("'linear_attn_config.kda_layers'"));
+    }
+  }
+  json j = kimi_json();
+  j.erase("num_hidden_layers");
+  j["linear_attn_config"]["kda_layers"] = {1, 9};
+  EXPECT_EQ(gattn::io::hf_layer_prefix(j, 8), "model.layers.8.self_attn.");
+  EXPECT_TRUE(std::holds_alternative<gattn::delta_config>(parse_hf_config(j, 8)));
+  // A valid list: KDA at layers 0-2, 4-6; MLA at 3 and 7.
+  const auto census = gattn::io::attention_layers(kimi_json());
+  EXPECT_EQ(census->linear, (std::vector<gattn::index>{0, 1, 2, 4, 5, 6}));
+  EXPECT_EQ(census->attention, (std::vector<gattn::index>{3, 7}));
+  EXPECT_EQ(gattn::io::first_attention_layer(kimi_json()), 3);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Hugging Face config.json (docs/spec.md §8) -> the gqa_config / mla_config of one softmax-attention layer.
+// Hugging Face config.json (docs/spec.md §8, §13, §14) -> the layer config of one of its layers: a
+// gqa_config / mla_config for a softmax-attention layer, a delta_config for a linear-attention one.
 #pragma once
 
 #include <cmath>
@@ -12,178 +13,16 @@
 #include "gattn/core/validate.hpp"
 #include "gattn/gate/policy.hpp"
 #include "gattn/io/gattn_config.hpp"
+#include "gattn/io/hf_layers.hpp"
 #include "gattn/io/json_fields.hpp"
 
 GATTN_NAMESPACE_BEGIN namespace io {
 namespace detail {
 
-/// The model types docs/spec.md §8 maps, as listed in error messages.
-inline constexpr const char* hf_supported_model_types =
-    "qwen3_next, qwen3 (plain or with the paper's headwise/elementwise_attn_output_gate), deepseek_v2, "
-    "deepseek_v3, kimi_k2, kimi_k3, kimi_linear";
-
-/// Families share one mapping each; the MLA family differs only in model_type.
-enum class hf_family { qwen3_next, qwen3, mla };
-
-/// "hf config (model_type)": the prefix every message starts with, so the user knows which reader spoke.
-inline std::string hf_where(const json& j) {
-  gattn::detail::require<config_error>(j.is_object(), "hf config: must be a JSON object");
-  const std::string type = get_string(j, "model_type", "hf config", "");
-  gattn::detail::require<config_error>(!type.empty(), "hf config: missing required key 'model_type'");
-  return "hf config (" + type + ")";
-}
-
-inline hf_family hf_family_of(const json& j) {
-  const std::string type = get_string(j, "model_type", "hf config", "");
-  if (type == "qwen3_next") return hf_family::qwen3_next;
-  if (type == "qwen3") return hf_family::qwen3;
-  if (type == "deepseek_v2" || type == "deepseek_v3" || type == "kimi_k2" || type == "kimi_k3" ||
-      type == "kimi_linear")
-    return hf_family::mla;
-  throw config_error(gattn::detail::concat("hf config: 'model_type'=\"", type, "\" is not supported (supported: ",
-                                           hf_supported_model_types, ")"));
-}
-
-/// Kimi Linear (and K3-style configs): `linear_attn_config.kda_layers` lists the KDA layers,
-/// 1-indexed (layer i is KDA when i + 1 is listed); without the block every layer is MLA.
-inline bool hf_kimi_delta_layer(const json& j, index layer, const std::string& w) {
-  if (!has(j, "linear_attn_config")) return false;
-  const json& l = j.at("linear_attn_config");
-  gattn::detail::require<config_error>(l.is_object(), w, ": 'linear_attn_config' must be an object");
-  if (!has(l, "kda_layers")) return false;
-  const json& kda = l.at("kda_layers");
-  gattn::detail::require<config_error>(kda.is_array() && kda.size() <= 65536, w,
-                                       ": 'linear_attn_config.kda_layers' must be an array of layer numbers");
-  for (const json& n : kda) {
-    gattn::detail::require<config_error>(n.is_number_integer(), w,
-                                         ": 'linear_attn_config.kda_layers' must hold integers (1-indexed layers)");
-    if (n.get<std::int64_t>() == std::int64_t(layer) + 1) return true;
-  }
-  return false;
-}
-
-/// Layer kind in Hugging Face's words ("full_attention", "linear_attention", "sliding_attention"):
-/// `layer_types[i]` when the config lists them (newer transformers), else the family's own rule.
-inline std::string hf_layer_kind(const json& j, hf_family f, index layer, const std::string& w) {
-  gattn::detail::require<config_error>(layer >= 0, w, ": layer ", layer, " must be >= 0");
-  if (has(j, "num_hidden_layers")) {
-    const index n = get_index(j, "num_hidden_layers", w);
-    gattn::detail::require<config_error>(layer < n, w, ": layer ", layer, " is out of range ('num_hidden_layers'=", n,
-                                         ")");
-  }
-  if (has(j, "layer_types")) {
-    const json& types = j.at("layer_types");
-    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
-    gattn::detail::require<config_error>(std::size_t(layer) < types.size(), w, ": layer ", layer,
-                                         " is out of range ('layer_types' has ", types.size(), " entries)");
-    const json& t = types.at(std::size_t(layer));
-    gattn::detail::require<config_error>(t.is_string(), w, ": 'layer_types'[", layer, "] must be a string");
-    return t.get<std::string>();
-  }
-  switch (f) {
-    case hf_family::qwen3_next: {
-      // Qwen3-Next interleaves Gated DeltaNet layers with one full-attention layer every `interval`.
-      const index interval = get_index(j, "full_attention_interval", w, 4);
-      gattn::detail::require<config_error>(interval > 0, w, ": 'full_attention_interval'=", interval, " must be > 0");
-      return (layer + 1) % interval == 0 ? "full_attention" : "linear_attention";
-    }
-    case hf_family::qwen3: {
-      // Qwen2/Qwen3: with use_sliding_window, layers from max_window_layers on use the window.
-      const index max_window_layers = get_index(j, "max_window_layers", w, 28);
-      return layer >= max_window_layers ? "sliding_attention" : "full_attention";
-    }
-    case hf_family::mla: return hf_kimi_delta_layer(j, layer, w) ? "linear_attention" : "full_attention";
-  }
-  return "full_attention";
-}
-
 /// True when a Qwen3-style window is switched on: HF keeps `sliding_window` only when
 /// `use_sliding_window` is true (stock Qwen configs ship a number there with the switch off).
 inline bool hf_qwen3_window_on(const json& j, const std::string& w) {
   return get_bool(j, "use_sliding_window", w, false) && has(j, "sliding_window");
-}
-
-/// See first_attention_layer(); also how parse_hf_config(j) checks `layer_types` / the interval.
-inline index hf_first_attention_layer(const json& j, hf_family f, const std::string& w) {
-  const index n = get_index(j, "num_hidden_layers", w, -1);
-  if (has(j, "layer_types")) {
-    const json& types = j.at("layer_types");
-    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
-    for (std::size_t i = 0; i < types.size() && (n < 0 || index(i) < n); ++i) {
-      gattn::detail::require<config_error>(types[i].is_string(), w, ": 'layer_types'[", i, "] must be a string");
-      if (types[i].get<std::string>() != "linear_attention") return index(i);
-    }
-    throw config_error(w + ": 'layer_types' lists no softmax-attention layer");
-  }
-  if (f == hf_family::mla) {
-    // Kimi Linear lists its KDA layers: the first layer not listed (bounded like every layer walk).
-    const index limit = n < 0 ? 65536 : std::min<index>(n, 65536);
-    for (index i = 0; i < limit; ++i)
-      if (!hf_kimi_delta_layer(j, i, w)) return i;
-    throw config_error(w + ": 'linear_attn_config.kda_layers' lists every layer: there is no MLA layer");
-  }
-  if (f != hf_family::qwen3_next) return 0;
-  const index interval = get_index(j, "full_attention_interval", w, 4);
-  gattn::detail::require<config_error>(interval > 0, w, ": 'full_attention_interval'=", interval, " must be > 0");
-  gattn::detail::require<config_error>(n < 0 || interval - 1 < n, w, ": no full-attention layer among ",
-                                       "'num_hidden_layers'=", n, " with 'full_attention_interval'=", interval);
-  return interval - 1;
-}
-
-/// The layers gattn computes: softmax attention with no sliding window in use, and the gated
-/// delta-rule (linear-attention) layers. Known only when the config says how many layers there are
-/// (`layer_types`, else `num_hidden_layers`).
-struct hf_layer_census {
-  std::vector<index> attention;  ///< the softmax-attention layers, ascending
-  std::vector<index> linear;     ///< the gated delta-rule layers (Gated DeltaNet, KDA), ascending
-  index total = 0;               ///< all layers of the model
-};
-
-inline std::optional<hf_layer_census> hf_attention_layers(const json& j, hf_family f, const std::string& w) {
-  index n = get_index(j, "num_hidden_layers", w, -1);
-  if (has(j, "layer_types")) {
-    const json& types = j.at("layer_types");
-    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
-    if (n < 0 || index(types.size()) < n) n = index(types.size());
-  }
-  if (n < 0) return std::nullopt;
-  // Counting walks every layer: bound the walk a hostile file could ask for.
-  gattn::detail::require<config_error>(n <= 65536, w, ": 'num_hidden_layers'=", n, " is more than 65536");
-  const bool window_on = f == hf_family::qwen3 && hf_qwen3_window_on(j, w);
-  hf_layer_census census;
-  census.total = n;
-  for (index i = 0; i < n; ++i) {
-    const std::string kind = hf_layer_kind(j, f, i, w);
-    if (kind == "full_attention" || (kind == "sliding_attention" && !window_on)) census.attention.push_back(i);
-    if (kind == "linear_attention" && f != hf_family::qwen3) census.linear.push_back(i);
-  }
-  return census;
-}
-
-/// "3, 7, 11" (at most 16 numbers, then "...").
-inline std::string hf_layer_list(const std::vector<index>& layers) {
-  std::string list;
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    if (i == 16) return list + ", ...";
-    list += (i ? ", " : "") + std::to_string(layers[i]);
-  }
-  return list;
-}
-
-/// The kind of layer `layer` (full_attention, sliding_attention, or linear_attention: a Gated
-/// DeltaNet layer of qwen3_next, a KDA layer of kimi_linear); any other kind is refused.
-inline std::string hf_require_gattn_layer(const json& j, hf_family f, index layer, const std::string& w) {
-  const std::string kind = hf_layer_kind(j, f, layer, w);
-  if (kind == "linear_attention") {
-    gattn::detail::require<config_error>(f != hf_family::qwen3, w, ": 'layer_types'[", layer,
-                                         "]=\"linear_attention\" is supported for qwen3_next (Gated DeltaNet) and "
-                                         "kimi_linear (KDA) only");
-    return kind;
-  }
-  gattn::detail::require<config_error>(kind == "full_attention" || kind == "sliding_attention", w, ": 'layer_types'[",
-                                       layer, "]=\"", kind,
-                                       "\" is not supported (full_attention, sliding_attention or linear_attention)");
-  return kind;
 }
 
 [[noreturn]] inline void hf_refuse_window(const std::string& w, const std::string& which) {
@@ -194,10 +33,12 @@ inline std::string hf_require_gattn_layer(const json& j, hf_family f, index laye
 /// Refuses a sliding window that would apply to `layer`, or to any attention layer when layer < 0.
 /// qwen3: per HF, layer i is windowed iff use_sliding_window && sliding_window != null && (layer_types[i]
 /// == "sliding_attention", or without layer_types i >= max_window_layers, default 28).
-/// qwen3_next and the MLA family have no window in their reference code, so any `use_sliding_window:
-/// true` or non-null `sliding_window` is refused rather than silently dropped (it would apply to every layer).
-inline void hf_check_window(const json& j, hf_family f, index layer, const std::string& w) {
-  if (f != hf_family::qwen3) {
+/// qwen3_next, qwen3_5 and the MLA family have no window in their reference code, so any
+/// `use_sliding_window: true` or non-null `sliding_window` is refused rather than silently dropped (it
+/// would apply to every layer).
+inline void hf_check_window(const json& j, const hf_layer_plan& p, index layer) {
+  const std::string& w = p.where;
+  if (p.family != hf_family::qwen3) {
     gattn::detail::require<config_error>(!get_bool(j, "use_sliding_window", w, false), w,
                                          ": 'use_sliding_window'=true: sliding-window attention is not implemented");
     gattn::detail::require<config_error>(!has(j, "sliding_window"), w,
@@ -207,22 +48,18 @@ inline void hf_check_window(const json& j, hf_family f, index layer, const std::
   }
   if (!hf_qwen3_window_on(j, w)) return;
   if (layer >= 0) {
-    if (hf_layer_kind(j, f, layer, w) == "sliding_attention") hf_refuse_window(w, "layer " + std::to_string(layer));
+    if (p.kind(layer) == "sliding_attention") hf_refuse_window(w, "layer " + std::to_string(layer));
     return;
   }
   // Any layer: scan layer_types, else compare max_window_layers with the layer count.
-  if (has(j, "layer_types")) {
-    const json& types = j.at("layer_types");
-    gattn::detail::require<config_error>(types.is_array(), w, ": 'layer_types' must be an array of strings");
-    for (const auto& t : types)
+  if (p.types) {
+    for (const auto& t : *p.types)
       if (t.is_string() && t.get<std::string>() == "sliding_attention")
         hf_refuse_window(w, "some layers ('layer_types'); pass a layer index to parse a full-attention one");
     return;
   }
-  const index max_window_layers = get_index(j, "max_window_layers", w, 28);
-  const bool some_windowed = !has(j, "num_hidden_layers") || get_index(j, "num_hidden_layers", w) > max_window_layers;
-  if (some_windowed)
-    hf_refuse_window(w, "layers >= 'max_window_layers'=" + std::to_string(max_window_layers) +
+  if (p.stated < 0 || p.stated > p.max_window_layers)
+    hf_refuse_window(w, "layers >= 'max_window_layers'=" + std::to_string(p.max_window_layers) +
                             "; pass a layer index below it to parse a full-attention layer");
 }
 
@@ -286,7 +123,7 @@ inline void hf_refuse_foreign_flag(const json& j, const char* key, const std::st
                                        owner);
 }
 
-/// The GQA part shared by qwen3_next and qwen3; head_dim defaults to hidden/heads, scale to 1/sqrt(D).
+/// The GQA part shared by qwen3_next, qwen3_5 and qwen3; head_dim defaults to hidden/heads, scale to 1/sqrt(D).
 inline gqa_config hf_parse_gqa(const json& j, const std::string& w, double default_partial_rotary_factor) {
   gqa_config c;
   c.hidden = get_index(j, "hidden_size", w);
@@ -422,132 +259,191 @@ inline delta_config hf_parse_kda(const json& j, const std::string& w) {
   return c;  // the low-rank gate's rank comes from g_a_proj's shape
 }
 
+/// Qwen3.5's multimodal RoPE (`mrope_section`, `mrope_interleaved`) gives each rotary frequency to
+/// a token's temporal, height or width position. A text token's three positions are equal, so the
+/// rotation is plain RoPE and the keys change nothing here: only their types are checked.
+inline void hf_check_mrope(const json* params, const std::string& w) {
+  if (!params) return;
+  const std::string pw = w + ".rope_parameters";
+  (void)get_bool(*params, "mrope_interleaved", pw, false);
+  if (!has(*params, "mrope_section")) return;
+  const json& sections = params->at("mrope_section");
+  gattn::detail::require<config_error>(sections.is_array() && sections.size() <= 16, pw,
+                                       ": 'mrope_section' must be an array of frequency counts, got ",
+                                       short_text(sections));
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    const json& n = sections[i];
+    gattn::detail::require<config_error>(n.is_number_integer() && (n.is_number_unsigned() || n.get<std::int64_t>() >= 0),
+                                         pw, ": 'mrope_section'[", i, "]=", short_text(n), " must be an integer >= 0");
+  }
+}
+
+/// Qwen3.5's full-attention layers (docs/spec.md §14): Qwen3-Next's layer. `attn_output_gate: false`
+/// leaves the gate out (q_proj then holds the queries alone, [H_q·D, d]), as Qwen3.5's code does.
+inline gqa_config hf_parse_qwen3_5(const json& j, const std::string& w) {
+  gqa_config c = hf_parse_qwen3_next(j, w);
+  hf_check_mrope(hf_rope_parameters(j, w), w);
+  if (!get_bool(j, "attn_output_gate", w, true)) c.gate = gate_config{};
+  return c;
+}
+
+/// Qwen3.5's Gated DeltaNet layers: Qwen3-Next's keys (which layout the projections have is the
+/// weights' to say). `mamba_ssm_dtype` is the recurrent state's storage type: float32 is what gattn keeps.
+inline delta_config hf_parse_qwen3_5_gdn(const json& j, const std::string& w) {
+  const std::string state = get_string(j, "mamba_ssm_dtype", w, "float32");
+  gattn::detail::require<config_error>(state == "float32", w, ": 'mamba_ssm_dtype'=\"", state,
+                                       "\" is not implemented: the recurrent state is stored in float32",
+                                       state == "bfloat16" ? " (bf16 state storage is not available yet)" : "");
+  return hf_parse_gdn(j, w);
+}
+
 /// The gattn kind of a model's softmax-attention layers and of its linear-attention layers.
 inline const char* hf_softmax_kind(hf_family f) { return f == hf_family::mla ? "mla" : "gqa"; }
-inline const char* hf_linear_kind(hf_family f) { return f == hf_family::qwen3_next ? "gated_deltanet" : "kda"; }
+inline const char* hf_linear_kind(hf_family f) { return f == hf_family::mla ? "kda" : "gated_deltanet"; }
 
-/// Kimi's `linear_attn_config.kda_layers` as 0-indexed layers (the integers of the list; what is
-/// not an integer is refused where a layer's kind is asked for).
-inline std::vector<index> hf_kimi_listed_layers(const json& j) {
-  std::vector<index> layers;
-  if (!has(j, "linear_attn_config") || !j.at("linear_attn_config").is_object()) return layers;
-  const json& l = j.at("linear_attn_config");
-  if (!has(l, "kda_layers") || !l.at("kda_layers").is_array()) return layers;
-  for (const json& n : l.at("kda_layers"))
-    if (n.is_number_integer() && layers.size() < 65536) layers.push_back(index(n.get<std::int64_t>()) - 1);
-  return layers;
+/// The census of plan `p` over text-model keys `j` (a qwen3 sliding window switched on takes its
+/// windowed layers out).
+inline std::optional<hf_layer_census> hf_census(const json& j, const hf_layer_plan& p) {
+  return hf_attention_layers(p, p.family == hf_family::qwen3 && hf_qwen3_window_on(j, p.where));
 }
 
 /// Whether the model has gated delta-rule layers beside its softmax-attention layers (Qwen3-Next,
-/// Kimi Linear): then a config without a layer index does not say which layer is meant.
-inline bool hf_is_hybrid(const json& j, hf_family f, const std::string& w) {
-  if (f == hf_family::qwen3) return false;
-  if (const auto census = hf_attention_layers(j, f, w)) return !census->linear.empty() && !census->attention.empty();
-  if (f == hf_family::qwen3_next) return get_index(j, "full_attention_interval", w, 4) != 1;
-  return !hf_kimi_listed_layers(j).empty();  // Kimi without a layer count: hybrid when it lists KDA layers
+/// Qwen3.5, Kimi Linear): then a config without a layer index does not say which layer is meant.
+inline bool hf_is_hybrid(const json& j, const hf_layer_plan& p) {
+  if (p.family == hf_family::qwen3) return false;
+  if (const auto census = hf_census(j, p)) return !census->linear.empty() && !census->attention.empty();
+  if (p.family == hf_family::mla) return !p.kda.empty();  // Kimi without a layer count: when it lists KDA layers
+  return p.interval != 1;
 }
 
 /// Refuses a hybrid model's config without a layer index, naming the layers of each kind.
-inline void hf_refuse_hybrid_without_layer(const json& j, hf_family f, const std::string& w) {
-  if (!hf_is_hybrid(j, f, w)) return;
+inline void hf_refuse_hybrid_without_layer(const json& j, const hf_layer_plan& p) {
+  if (!hf_is_hybrid(j, p)) return;
+  const hf_family f = p.family;
   std::string kinds;
-  if (const auto census = hf_attention_layers(j, f, w)) {
+  if (const auto census = hf_census(j, p)) {
     kinds = gattn::detail::concat("full_attention (", hf_softmax_kind(f), ") layers ", hf_layer_list(census->attention),
                                   "; linear_attention (", hf_linear_kind(f), ") layers ", hf_layer_list(census->linear));
-  } else if (f == hf_family::qwen3_next) {
-    const index interval = get_index(j, "full_attention_interval", w, 4);
-    kinds = gattn::detail::concat("full_attention (gqa) layers ", interval - 1, ", ", 2 * interval - 1,
-                                  ", ... (every 'full_attention_interval'=", interval,
+  } else if (f != hf_family::mla) {
+    kinds = gattn::detail::concat("full_attention (gqa) layers ", p.interval - 1, ", ", 2 * p.interval - 1,
+                                  ", ... (every 'full_attention_interval'=", p.interval,
                                   "th); linear_attention (gated_deltanet) layers: the others");
   } else {
-    kinds = gattn::detail::concat("linear_attention (kda) layers ", hf_layer_list(hf_kimi_listed_layers(j)),
+    kinds = gattn::detail::concat("linear_attention (kda) layers ", hf_layer_list(p.kda),
                                   " ('linear_attn_config.kda_layers' counts from 1); full_attention (mla) layers: ",
-                                  "the others, the first being ", hf_first_attention_layer(j, f, w));
+                                  "the others, the first being ", hf_first_attention_layer(p));
   }
   throw config_error(gattn::detail::concat(
-      w, ": the model has gattn layers of two kinds, so the layer must be given (a layer index): ", kinds));
+      p.where, ": the model has gattn layers of two kinds, so the layer must be given (a layer index): ", kinds));
+}
+
+/// A delta-rule layer of model family `f` from its text-model keys `j`.
+inline delta_config hf_parse_linear(const json& j, hf_family f, const std::string& w) {
+  delta_config c = f == hf_family::qwen3_next ? hf_parse_gdn(j, w)
+                   : f == hf_family::qwen3_5  ? hf_parse_qwen3_5_gdn(j, w)
+                                              : hf_parse_kda(j, w);
+  validate(c);
+  return c;
 }
 
 /// The shared body of both parse_hf_config overloads; layer < 0 means "the model's one kind of
 /// layer", refused for a hybrid model.
-inline layer_config parse_hf_config_at(const json& j, index layer) {
-  const std::string w = hf_where(j);
-  const hf_family f = hf_family_of(j);
+inline layer_config parse_hf_config_at(const json& file, index layer) {
+  const hf_model m = hf_model_of(file);
+  const json& j = *m.keys;
+  const std::string& w = m.where;
+  const hf_family f = m.family;
+  const hf_layer_plan plan = hf_plan_layers(j, f, w);
   // Without a layer: the model must have one kind of gattn layer, and a softmax-attention layer
   // (this also type-checks layer_types and full_attention_interval); the result describes it.
-  if (layer < 0) hf_refuse_hybrid_without_layer(j, f, w);
-  const index at = layer >= 0 ? layer : hf_first_attention_layer(j, f, w);
-  if (hf_require_gattn_layer(j, f, at, w) == "linear_attention") {
-    delta_config c = f == hf_family::qwen3_next ? hf_parse_gdn(j, w) : hf_parse_kda(j, w);
-    validate(c);
-    return c;
-  }
-  hf_check_window(j, f, layer, w);
+  if (layer < 0) hf_refuse_hybrid_without_layer(j, plan);
+  const index at = layer >= 0 ? layer : hf_first_attention_layer(plan);
+  if (hf_require_gattn_layer(plan, at) == "linear_attention") return hf_parse_linear(j, f, w);
+  hf_check_window(j, plan, layer);
   if (f == hf_family::mla) {
     mla_config c = hf_parse_mla(j, w);
     validate(c);
     return c;
   }
-  gqa_config c = f == hf_family::qwen3_next ? hf_parse_qwen3_next(j, w) : hf_parse_qwen3(j, w);
+  gqa_config c = f == hf_family::qwen3_next ? hf_parse_qwen3_next(j, w)
+                 : f == hf_family::qwen3_5  ? hf_parse_qwen3_5(j, w)
+                                            : hf_parse_qwen3(j, w);
   validate(c);
   return c;
 }
 
+/// The model a config describes and its layer plan, for the entry points below.
+struct hf_reading {
+  hf_model model;
+  hf_layer_plan plan;
+  explicit hf_reading(const json& j) : model(hf_model_of(j)), plan(hf_plan_layers(*model.keys, model.family, model.where)) {}
+};
+
 }  // namespace detail
 
-/// Maps a Hugging Face config.json (docs/spec.md §8) of a model with one kind of gattn layer to the
-/// config of its softmax-attention layers.
+/// Maps a Hugging Face config.json (docs/spec.md §8, §14) of a model with one kind of gattn layer to
+/// the config of its softmax-attention layers.
 ///
-/// Supported `model_type`s: `qwen3_next`, `qwen3` (plain, or the paper's release with
-/// `headwise_attn_output_gate` / `elementwise_attn_output_gate`), `deepseek_v2`, `deepseek_v3`,
-/// `kimi_k2`, `kimi_k3`, `kimi_linear`. Keys that do not change the layer's math are ignored; keys that would and are
-/// not implemented (another rope type than yarn/default, a sliding window in use, a foreign family's
-/// switch) and wrong types throw config_error naming the key. The result must hold for every attention
-/// layer, so a Qwen3 config whose window applies to some layers is refused: use the layer overload.
-/// A hybrid model (gated delta-rule layers beside softmax ones: Qwen3-Next, Kimi Linear) is refused
-/// with a config_error that lists the layers of each kind: use the layer overload.
+/// Supported `model_type`s: `qwen3_next`; `qwen3_5` and `qwen3_5_moe` (Qwen3.5 / Qwen3.6, the text
+/// model's keys under `text_config`) and `qwen3_5_text`, `qwen3_5_moe_text` (the text model alone);
+/// `qwen3` (plain, or the paper's release with `headwise_attn_output_gate` /
+/// `elementwise_attn_output_gate`); `deepseek_v2`, `deepseek_v3`, `kimi_k2`, `kimi_k3`, `kimi_linear`.
+/// Keys that do not change the layer's math are ignored; keys that would and are not implemented
+/// (another rope type than yarn/default, a sliding window in use, a foreign family's switch, a state
+/// dtype other than float32) and wrong types throw config_error naming the key. The result must hold
+/// for every attention layer, so a Qwen3 config whose window applies to some layers is refused: use
+/// the layer overload. A hybrid model (gated delta-rule layers beside softmax ones: Qwen3-Next,
+/// Qwen3.5, Kimi Linear) is refused with a config_error that lists the layers of each kind: use the
+/// layer overload.
 inline layer_config parse_hf_config(const nlohmann::json& j) { return detail::parse_hf_config_at(j, -1); }
 
 /// As parse_hf_config(j), for layer `layer`: a softmax-attention layer gives a gqa_config or an
-/// mla_config, a linear-attention layer a delta_config (Qwen3-Next: Gated DeltaNet; Kimi Linear: KDA);
-/// the sliding window is checked for this layer alone.
+/// mla_config, a linear-attention layer a delta_config (Qwen3-Next, Qwen3.5: Gated DeltaNet; Kimi
+/// Linear: KDA); the sliding window is checked for this layer alone. A layer beyond those the config
+/// can hold is refused.
 inline layer_config parse_hf_config(const nlohmann::json& j, index layer) {
   gattn::detail::require<config_error>(layer >= 0, "hf config: layer ", layer, " must be >= 0");
   return detail::parse_hf_config_at(j, layer);
 }
 
-/// Weight-name prefix of layer `layer`'s attention: "model.layers.{i}.self_attn.", or for a Qwen3-Next
-/// Gated DeltaNet layer "model.layers.{i}.linear_attn.". Throws config_error when the layer is out of
-/// range or of a kind gattn does not compute.
+/// Weight-name prefix of layer `layer`'s attention: "model.layers.{i}.self_attn.", or for a Gated
+/// DeltaNet layer (Qwen3-Next, Qwen3.5) "model.layers.{i}.linear_attn."; a Qwen3.5 multimodal
+/// wrapper's layers are under "model.language_model.layers.{i}.". Throws config_error when the layer
+/// is out of range or of a kind gattn does not compute.
 inline std::string hf_layer_prefix(const nlohmann::json& j, index layer) {
-  const std::string w = detail::hf_where(j);
-  const detail::hf_family f = detail::hf_family_of(j);
-  const bool linear = detail::hf_require_gattn_layer(j, f, layer, w) == "linear_attention";
-  return "model.layers." + std::to_string(layer) +
-         (linear && f == detail::hf_family::qwen3_next ? ".linear_attn." : ".self_attn.");
+  const detail::hf_reading r(j);
+  return detail::hf_prefix_of(r.model, layer, detail::hf_require_gattn_layer(r.plan, layer));
 }
 
 /// Whether the config describes a hybrid model (gated delta-rule layers beside softmax-attention
-/// layers: Qwen3-Next, Kimi Linear), of which parse_hf_config(j) and load_layer_config(path) without
-/// a layer index refuse to pick a layer.
+/// layers: Qwen3-Next, Qwen3.5, Kimi Linear), of which parse_hf_config(j) and load_layer_config(path)
+/// without a layer index refuse to pick a layer.
 inline bool needs_layer_index(const nlohmann::json& j) {
-  const std::string w = detail::hf_where(j);
-  return detail::hf_is_hybrid(j, detail::hf_family_of(j), w);
+  const detail::hf_reading r(j);
+  return detail::hf_is_hybrid(*r.model.keys, r.plan);
 }
 
 /// The layers gattn computes (softmax attention with no sliding window in use, and the gated
 /// delta-rule layers) and the model's layer count, when the config gives it (`layer_types`, else
 /// `num_hidden_layers`); nullopt otherwise.
 inline std::optional<detail::hf_layer_census> attention_layers(const nlohmann::json& j) {
-  const std::string w = detail::hf_where(j);
-  return detail::hf_attention_layers(j, detail::hf_family_of(j), w);
+  const detail::hf_reading r(j);
+  return detail::hf_census(*r.model.keys, r.plan);
 }
 
-/// Index of the first softmax-attention layer (qwen3_next: full_attention_interval - 1, or the first
-/// non-linear entry of `layer_types`; others 0). Throws config_error when the model has none.
+/// Index of the first softmax-attention layer (qwen3_next, qwen3_5: full_attention_interval - 1, or
+/// the first non-linear entry of `layer_types`; others 0). Throws config_error when the model has none.
 inline index first_attention_layer(const nlohmann::json& j) {
-  const std::string w = detail::hf_where(j);
-  return detail::hf_first_attention_layer(j, detail::hf_family_of(j), w);
+  const detail::hf_reading r(j);
+  return detail::hf_first_attention_layer(r.plan);
+}
+
+/// How the model's checkpoints store Gated DeltaNet input projections: `split` for the Qwen3.5 family
+/// (docs/spec.md §14), else `fused`. For what has no weights to look at (a cost report from a config);
+/// a layer follows its weights (detect_gdn_layout). Throws config_error as parse_hf_config does for
+/// a bad model_type or text_config.
+inline gdn_layout hf_gdn_layout(const nlohmann::json& j) {
+  return detail::hf_model_of(j).family == detail::hf_family::qwen3_5 ? gdn_layout::split : gdn_layout::fused;
 }
 
 }  GATTN_NAMESPACE_END  // namespace gattn::io
