@@ -40,6 +40,7 @@
 #include "gattn/simd/dispatch.hpp"
 #include "cli_batch.hpp"
 #include "cli_entry.hpp"
+#include "cli_layers.hpp"
 #include "cli_tp.hpp"
 
 #ifndef GATTN_VERSION
@@ -74,8 +75,10 @@ const char* const run_help =
     "                       model.safetensors, else its one *.safetensors file)\n"
     "  --layer N            Hugging Face models: layer N (a softmax-attention layer, weights\n"
     "                       model.layers.N.self_attn.*, or a Gated DeltaNet / KDA layer, weights\n"
-    "                       model.layers.N.linear_attn.* (Qwen3-Next) or .self_attn.* (Kimi)). A hybrid\n"
-    "                       model (Qwen3-Next, Kimi Linear) needs it unless the weights hold one layer\n"
+    "                       model.layers.N.linear_attn.* (Qwen3-Next, Qwen3.5) or .self_attn.* (Kimi);\n"
+    "                       a Qwen3.5 multimodal checkpoint's under model.language_model.layers.N.). A\n"
+    "                       hybrid model (Qwen3-Next, Qwen3.5, Kimi Linear) needs it unless the weights\n"
+    "                       hold one layer\n"
     "  --prefix P           weight-name prefix (default: the layer's, else found when the file holds one layer)\n"
     "  --output Y           where to write 'y'; optional with --check\n"
     "  --decode-from K      prefill K tokens, then decode the rest one at a time through the KV cache\n"
@@ -115,8 +118,9 @@ const char* const cost_help =
 const char* const info_help =
     "usage: gattn info [--weights W]\n"
     "  Prints the version, the SIMD arch, the CPU features the build uses and this CPU has, and the\n"
-    "  threads; with --weights, the file's tensors and metadata, and the layer types of the config.json\n"
-    "  beside the weights (softmax attention, Gated DeltaNet, KDA).\n";
+    "  threads; with --weights, the file's tensors and metadata, the layers they hold (each found by its\n"
+    "  output projection, with its kind), and the layer types of the config.json beside the weights\n"
+    "  (softmax attention, Gated DeltaNet, KDA).\n";
 
 /// --key value pairs and bare --flags; anything else is a usage error.
 struct arguments {
@@ -195,18 +199,15 @@ struct arguments {
   }
 };
 
-/// The checkpoint prefix: --prefix, else the one under which "o_proj.weight" appears exactly once.
+/// The checkpoint prefix: --prefix, else that of the one layer the weights hold (tools/cli_layers.hpp:
+/// every layer kind is found by its own weights).
 std::string find_prefix(const gattn::io::checkpoint& file, const arguments& args) {
   if (args.has("--prefix")) return args.values.at("--prefix");
-  std::vector<std::string> found;
-  const std::string leaf = "o_proj.weight";
-  for (const auto& t : file.tensors())
-    if (t.name.size() >= leaf.size() && t.name.compare(t.name.size() - leaf.size(), leaf.size(), leaf) == 0)
-      found.push_back(t.name.substr(0, t.name.size() - leaf.size()));
-  if (found.size() == 1) return found[0];
+  const std::vector<gattn::cli::held_layer> found = gattn::cli::layers_in(file);
+  if (found.size() == 1) return found[0].prefix;
   if (found.empty()) return "";  // the layer then names the missing weight
   std::string list;
-  for (std::size_t i = 0; i < found.size() && i < 4; ++i) list += (i ? ", '" : "'") + found[i] + "'";
+  for (std::size_t i = 0; i < found.size() && i < 4; ++i) list += (i ? ", '" : "'") + found[i].prefix + "'";
   throw gattn::weight_error("the weights hold " + std::to_string(found.size()) + " layers (prefixes " + list +
                             (found.size() > 4 ? ", ..." : "") + "); choose one with --prefix or --layer");
 }
@@ -611,23 +612,19 @@ struct prepared_run {
 };
 
 /// A hybrid model's config (softmax and gated delta-rule layers) does not say which layer to run:
-/// without --layer, the layer is the one the weights hold (their prefix model.layers.N.), else the
-/// run is refused with the layers of each kind.
+/// without --layer, the layer is the one the weights hold (their prefix model.layers.N., or
+/// model.language_model.layers.N.), else the run is refused with the layers of each kind.
 void resolve_layer(const arguments& args, const gattn::io::checkpoint& weights, run_request& r) {
   if (r.layer_index >= 0) return;
   const nlohmann::json j = read_config_json(r.config_path);
   if (!j.contains("model_type") || !gattn::io::needs_layer_index(j)) return;
-  const std::string stem = "model.layers.";
   const std::string prefix = find_prefix(weights, args);
   // A prefix no tensor has is a wrong prefix, whatever layer its digits would name.
   const auto& tensors = weights.tensors();
   if (std::none_of(tensors.begin(), tensors.end(), [&](const auto& t) { return t.name.rfind(prefix, 0) == 0; }))
     (void)gattn::io::load_weights(weights, prefix);  // throws, naming the file and the prefixes present
-  std::size_t digits = 0;
-  while (stem.size() + digits < prefix.size() && std::isdigit(static_cast<unsigned char>(prefix[stem.size() + digits])))
-    ++digits;
-  if (prefix.compare(0, stem.size(), stem) == 0 && digits > 0 && digits < 9 && prefix[stem.size() + digits] == '.') {
-    r.layer_index = std::stoll(prefix.substr(stem.size(), digits));
+  if (const auto layer = gattn::cli::hf_layer_number(prefix)) {
+    r.layer_index = *layer;
     return;
   }
   try {
@@ -769,13 +766,16 @@ int run_command(int argc, char** argv) {
 }
 
 /// The weight type `cost` counts: --weight-dtype, else a Hugging Face config's torch_dtype (newer
-/// transformers: dtype), else f32. A torch_dtype that is none of f32, bf16, f16 is said, not guessed.
+/// transformers: dtype; a Qwen3.5 wrapper may keep it in its text_config), else f32. A torch_dtype
+/// that is none of f32, bf16, f16 is said, not guessed.
 gattn::storage_type cost_weight_type(const arguments& args, const nlohmann::json& j) {
   if (args.has("--weight-dtype"))
     return args.choice("--weight-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  const bool nested = j.contains("text_config") && j.at("text_config").is_object();
   for (const char* key : {"torch_dtype", "dtype"}) {
-    if (!j.contains("model_type") || !j.contains(key) || !j.at(key).is_string()) continue;
-    const std::string name = j.at(key).get<std::string>();
+    const nlohmann::json& at = !j.contains(key) && nested ? j.at("text_config") : j;
+    if (!j.contains("model_type") || !at.contains(key) || !at.at(key).is_string()) continue;
+    const std::string name = at.at(key).get<std::string>();
     if (name == "bfloat16" || name == "bf16") return gattn::storage_type::bf16;
     if (name == "float16" || name == "f16" || name == "half") return gattn::storage_type::f16;
     if (name == "float32" || name == "f32" || name == "float") return gattn::storage_type::f32;
@@ -833,8 +833,12 @@ int cost_command(int argc, char** argv) {
   const nlohmann::json j = read_config_json(config_path);
   const gattn::storage_type weights = cost_weight_type(args, j);
   const cost_plan plan = plan_cost(config_path, j);
+  // Gated DeltaNet projections are listed as the model's checkpoints store them (docs/spec.md §14).
+  const gattn::gdn_layout layout = j.contains("model_type") ? gattn::io::hf_gdn_layout(j) : gattn::gdn_layout::fused;
   const auto layer_cost_of = [&](const gattn::layer_config& c) {
-    gattn::layer_cost lc = std::visit([](const auto& l) { return gattn::cost(l); }, c);
+    gattn::layer_cost lc = std::holds_alternative<gattn::delta_config>(c)
+                               ? gattn::cost(std::get<gattn::delta_config>(c), layout)
+                               : std::visit([](const auto& l) { return gattn::cost(l); }, c);
     if (kv_dtype && !lc.is_delta) lc.kv_cache_type = *kv_dtype;
     return lc;
   };
@@ -964,12 +968,15 @@ std::string fast_engine_line() {
   return std::string("bf16 engine (numerics = fast): ") + gattn::fast_gemm_engine_name<gattn::default_arch>() + "\n";
 }
 
-/// The gattn kind of layer `layer` of a Hugging Face config ("gqa", "mla", "gated_deltanet", "kda"),
-/// or why it cannot be built.
+/// The gattn kind of layer `layer` of a Hugging Face config ("gqa", "mla", "kda", "gated_deltanet"
+/// with the layout the model's checkpoints give its projections), or why it cannot be built.
 std::string layer_kind_of(const nlohmann::json& j, gattn::index layer) {
   try {
     const gattn::layer_config c = gattn::io::parse_layer_config(j, layer);
-    if (const auto* d = std::get_if<gattn::delta_config>(&c)) return gattn::to_string(d->kind);
+    if (const auto* d = std::get_if<gattn::delta_config>(&c))
+      return d->kind == gattn::delta_kind::kda ? "kda"
+                                               : std::string("gated_deltanet, ") +
+                                                     gattn::to_string(gattn::io::hf_gdn_layout(j)) + " input projections";
     return std::holds_alternative<gattn::mla_config>(c) ? "mla" : "gqa";
   } catch (const gattn::error& e) {
     return std::string("not loadable: ") + e.what();
@@ -1012,6 +1019,8 @@ int info_command(int argc, char** argv) {
                 << gattn::io::detail::shape_string(t.shape) << "\n";
     for (const auto& [k, v] : file.metadata())
       std::cout << "  metadata " << k << ": " << (v.size() > 120 ? v.substr(0, 117) + "..." : v) << "\n";
+    for (const gattn::cli::held_layer& l : gattn::cli::layers_in(file))
+      std::cout << "  layer " << (l.prefix.empty() ? "(no prefix)" : "'" + l.prefix + "'") << ": " << l.kind << "\n";
     print_layer_kinds(args.values.at("--weights"));
   }
   return 0;

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -457,6 +458,87 @@ TEST(Cli, RunOnAHybridModelTakesTheLayerFromTheWeights) {
   EXPECT_EQ(chosen.status, 0) << chosen.err;
 }
 
+// A one-layer checkpoint of a hybrid model names its layer by its own weights, whichever kind it is
+// (a Gated DeltaNet layer has no o_proj: its out_proj sits beside its conv1d), under either Qwen3.5
+// prefix; with two layers, --layer chooses.
+TEST(Cli, TheLayerOfAOneLayerCheckpointIsFoundByItsOwnWeights) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  for (const char* folder : {"hf_qwen3_next_linear", "hf_kimi_linear", "hf_qwen3_5", "hf_qwen3_5_linear",
+                             "extra_hf_qwen3_5_text_linear_r4"}) {
+    const std::string dir = test::data_path(folder);
+    const auto r = run_cli("run --check --quiet --config '" + dir + "/config.json' --weights '" + dir +
+                           "/model.safetensors' --input '" + dir + "/io.safetensors'");
+    EXPECT_EQ(r.status, 0) << folder << ": " << r.err;
+    EXPECT_THAT(r.out, ::testing::HasSubstr(" ok\n")) << folder;
+  }
+  const std::string dir = test::data_path("hf_qwen3_5_linear");
+  const auto single = gattn::io::safetensors_file::open(dir + "/model.safetensors");
+  std::vector<gattn::io::tensor_to_write> tensors;
+  std::vector<std::string> names;
+  for (const auto& t : single.tensors()) names.push_back(t.name);
+  for (const std::string& name : names) {  // layer 0's weights, and the same again as layer 4's
+    const auto& t = single.info(name);
+    tensors.push_back({name, t.type, t.shape, single.raw(name)});
+    std::string four = name;
+    four.replace(four.find("layers.0."), 9, "layers.4.");
+    tensors.push_back({four, t.type, t.shape, single.raw(name)});
+  }
+  const fs::path two = scratch_dir() / "two_linear_layers.safetensors";
+  gattn::io::write_safetensors(two.string(), tensors);
+  const std::string base = "run --check --quiet --config '" + dir + "/config.json' --input '" + dir +
+                           "/io.safetensors' --weights '" + two.string() + "'";
+  const auto both = run_cli(base);
+  EXPECT_EQ(both.status, 1);
+  EXPECT_THAT(both.err, ::testing::HasSubstr("'model.language_model.layers.4.linear_attn.'"));
+  EXPECT_THAT(both.err, ::testing::HasSubstr("--layer"));
+  for (const char* layer : {"0", "4"}) {
+    const auto chosen = run_cli(base + " --layer " + layer);
+    EXPECT_EQ(chosen.status, 0) << layer << ": " << chosen.err;
+  }
+}
+
+// `info --weights` lists the layers in the file, each with its kind and, for Gated DeltaNet, the layout
+// of its input projections; and the kinds of the config beside it.
+TEST(Cli, InfoNamesTheLayerKinds) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const auto q35 = run_cli("info --weights '" + test::data_path("hf_qwen3_5_linear/model.safetensors") + "'");
+  ASSERT_EQ(q35.status, 0) << q35.err;
+  EXPECT_THAT(q35.out, ::testing::HasSubstr("layer 'model.language_model.layers.0.linear_attn.': gated_deltanet, split "
+                                            "input projections\n"));
+  EXPECT_THAT(q35.out, ::testing::HasSubstr("6 linear-attention (gated_deltanet, split input projections): 0, 1, 2, 4, 5, 6"));
+  EXPECT_THAT(q35.out, ::testing::HasSubstr("2 softmax-attention (gqa): 3, 7"));
+  const auto next = run_cli("info --weights '" + test::data_path("hf_qwen3_next_linear") + "'");
+  ASSERT_EQ(next.status, 0) << next.err;
+  EXPECT_THAT(next.out, ::testing::HasSubstr("layer 'model.layers.0.linear_attn.': gated_deltanet, fused input projections"));
+  const auto full = run_cli("info --weights '" + test::data_path("hf_qwen3_5/model.safetensors") + "'");
+  EXPECT_THAT(full.out, ::testing::HasSubstr("layer 'model.language_model.layers.3.self_attn.': gqa\n"));
+  const auto kimi = run_cli("info --weights '" + test::data_path("hf_kimi_linear") + "'");
+  EXPECT_THAT(kimi.out, ::testing::HasSubstr("layer 'model.layers.1.self_attn.': kda\n"));
+  const auto mla = run_cli("info --weights '" + test::data_path("hf_deepseek_v3_gated") + "'");
+  EXPECT_THAT(mla.out, ::testing::HasSubstr("layer 'model.layers.0.self_attn.': mla\n"));
+}
+
+// `cost` on a Qwen3.5 config counts both kinds of layer, the Gated DeltaNet ones as Qwen3.5 stores
+// them (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a), its weights in the text model's dtype.
+TEST(Cli, CostCountsBothLayerKindsOfQwen3_5) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  for (const char* folder : {"hf_qwen3_5_linear", "extra_hf_qwen3_5_text_linear_r4"}) {
+    const auto r = run_cli("cost --config '" + test::data_path(std::string(folder) + "/config.json") + "'");
+    ASSERT_EQ(r.status, 0) << folder << ": " << r.err;
+    EXPECT_THAT(r.out, ::testing::HasSubstr("softmax-attention (3")) << folder;
+    for (const char* name : {"in_proj_qkv ", "in_proj_z ", "in_proj_b ", "in_proj_a ", "q_proj ", "o_proj "})
+      EXPECT_THAT(r.out, ::testing::HasSubstr(name)) << folder;
+    EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("in_proj_qkvz"))) << folder;
+    EXPECT_THAT(r.out, ::testing::HasSubstr("weight bytes (bf16)")) << folder;
+    EXPECT_THAT(r.out, ::testing::HasSubstr("memory per sequence")) << folder;
+  }
+  const auto r = run_cli("cost --config '" + test::data_path("hf_qwen3_5_linear/config.json") + "'");
+  EXPECT_THAT(r.out, ::testing::StartsWith("model: 8 layers: 2 softmax-attention (3, 7), 6 gated delta-rule (0, 1, 2, 4, 5, 6)\n"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("x 6 layers"));
+  const auto next = run_cli("cost --config '" + test::data_path("hf_qwen3_next_linear/config.json") + "'");
+  EXPECT_THAT(next.out, ::testing::HasSubstr("in_proj_qkvz "));
+}
+
 TEST(Cli, RunHelpNamesEveryFormOfWeights) {
   if (!cli_test::cli_built()) GTEST_SKIP();
   const auto help = run_cli("run --help");
@@ -532,9 +614,28 @@ TEST_P(CliHuggingFace, ReproducesCheckpointInPrefillAndDecode) {
   }
 }
 
+// --batch-lengths: prefixes of the folder's x as one batch (a prefill of half of each, then decode
+// steps together) reproduce y[:L] for every sequence.
+TEST_P(CliHuggingFace, ReproducesCheckpointInABatch) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const std::string dir = test::data_path(GetParam());
+  const auto T = gattn::io::safetensors_file::open(dir + "/io.safetensors").info("x").shape[0];
+  const auto r = run_cli("run --check --quiet --config '" + dir + "/config.json' --weights '" + dir +
+                         "/model.safetensors' --input '" + dir + "/io.safetensors' --batch-lengths " + std::to_string(T) +
+                         ",1," + std::to_string((T + 1) / 2) + " --block-size 4");
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("FAILED")));
+}
+
+// Without --layer: the one layer the weights hold, found by its own weights (o_proj under self_attn.,
+// out_proj beside conv1d under linear_attn.), names the layer of a hybrid model's config.
 INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated", "extra_hf_deepseek_v2_plain",
                                            "extra_hf_kimi_k3_nope", "extra_hf_qwen3_next_7",
-                                           "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias"),
+                                           "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias",
+                                           "hf_qwen3_next_linear", "hf_kimi_linear", "hf_qwen3_5", "hf_qwen3_5_linear",
+                                           "extra_hf_qwen3_5_text_linear_r4", "extra_hf_qwen3_5_moe_linear_mha",
+                                           "extra_hf_qwen3_5_moe_full_7", "extra_hf_qwen3_5_text_ungated"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace
