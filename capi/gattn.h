@@ -67,10 +67,11 @@ typedef enum gattn_layer_kind {
 
 /* A layer from a config file (a gattn config, or a Hugging Face config.json) and its weights.
  * layer_index: the layer of a Hugging Face model (-1: the model's one kind of layer; a hybrid
- * model such as Qwen3-Next needs an index, and a gattn config takes none). prefix: the weights'
- * name prefix; NULL means the Hugging Face layer's own ("model.layers.{i}.self_attn." or
- * ".linear_attn.") or, for a gattn config, none. The layer keeps the weights it needs mapped:
- * the checkpoint may be closed afterwards. */
+ * model such as Qwen3-Next or Qwen3.5 needs an index, and a gattn config takes none). prefix: the
+ * weights' name prefix; NULL means the Hugging Face layer's own ("model.layers.{i}.self_attn." or
+ * ".linear_attn.", under "model.language_model." for a Qwen3.5 multimodal checkpoint) or, for a
+ * gattn config, none. The layer keeps the weights it needs mapped: the checkpoint may be closed
+ * afterwards. */
 gattn_status gattn_layer_create(const char* config_path, int64_t layer_index, const gattn_checkpoint* weights,
                                 const char* prefix, gattn_layer** out);
 void gattn_layer_destroy(gattn_layer* layer);

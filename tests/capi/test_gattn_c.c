@@ -1,7 +1,9 @@
-/* The C API (capi/gattn.h) from C: tests/data/hf_qwen3_next (layer 3, a gated GQA layer) and
- * tests/data/hf_qwen3_next_linear (layer 0, Gated DeltaNet) reproduced through a cache (prefill,
- * then decode token by token) and through batched steps over a pool, plus the refusals a caller
- * meets: a hybrid model without a layer index, a released sequence, NULL handles.
+/* The C API (capi/gattn.h) from C: tests/data/hf_qwen3_next (layer 3, a gated GQA layer),
+ * tests/data/hf_qwen3_next_linear (layer 0, Gated DeltaNet), and their Qwen3.5 counterparts
+ * hf_qwen3_5 and hf_qwen3_5_linear (a multimodal wrapper's text_config, split projections) with a
+ * text-only Qwen3.5 folder, reproduced through a cache (prefill, then decode token by token) and
+ * through batched steps over a pool, plus the refusals a caller meets: a hybrid model without a
+ * layer index, a released sequence, NULL handles.
  * Usage: test_gattn_c <tests/data>. Exit 0 when every check passes. */
 #include <math.h>
 #include <stdio.h>
@@ -166,6 +168,9 @@ int main(int argc, char** argv) {
   printf("gattn %s\n", gattn_version());
   run_folder(argv[1], "hf_qwen3_next", 3, GATTN_LAYER_GQA);
   run_folder(argv[1], "hf_qwen3_next_linear", 0, GATTN_LAYER_GATED_DELTANET);
+  run_folder(argv[1], "hf_qwen3_5", 3, GATTN_LAYER_GQA);
+  run_folder(argv[1], "hf_qwen3_5_linear", 0, GATTN_LAYER_GATED_DELTANET);
+  run_folder(argv[1], "extra_hf_qwen3_5_text_linear_r4", 2, GATTN_LAYER_GATED_DELTANET);
   /* NULL handles are argument errors, never crashes. */
   gattn_cache* cache = NULL;
   CHECK(gattn_cache_create(NULL, 4, &cache) == GATTN_ERROR_ARGUMENT && cache == NULL, "a NULL layer");
