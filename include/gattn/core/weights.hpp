@@ -35,7 +35,10 @@ inline std::string shape_string(const std::vector<index>& shape) {
   return s + "]";
 }
 
-inline index storage_bytes(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
+/// Bytes of one element of type t.
+inline index storage_bytes(storage_type t) {
+  return t == storage_type::f32 ? 4 : t == storage_type::f8_e4m3 ? 1 : 2;
+}
 
 namespace detail {
 // core/ cannot see simd/convert.hpp (the SIMD layer sits above it), and the reference layer needs
@@ -69,6 +72,7 @@ class weight_view {
   weight_view(storage_type type, const void* data, std::vector<index> shape, index row_stride = -1,
               std::shared_ptr<const void> keep_alive = {})
       : type_(type), data_(data), shape_(std::move(shape)), keep_alive_(std::move(keep_alive)) {
+    detail::require<weight_error>(type != storage_type::f8_e4m3, "weight_view: an f8_e4m3 weight needs its block scales");
     for (index d : shape_) detail::require<weight_error>(d >= 0, "weight_view: negative dimension in shape ", shape_string(shape_));
     row_stride_ = row_stride < 0 ? cols() : row_stride;
     detail::require<weight_error>(rows() <= 1 || row_stride_ >= cols(), "weight_view: row_stride ", row_stride_,

@@ -249,6 +249,7 @@ void gemm_packed(storage_type t, const void* w, index stride, index count, const
     case storage_type::f32: gemm_packed<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride); break;
     case storage_type::bf16: gemm_packed<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride); break;
     case storage_type::f16: gemm_packed<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 
@@ -318,6 +319,7 @@ void gemm_cols(storage_type t, const void* w, index stride, index k_count, index
     case storage_type::f32: gemm_cols<Arch, storage_type::f32>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
     case storage_type::bf16: gemm_cols<Arch, storage_type::bf16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
     case storage_type::f16: gemm_cols<Arch, storage_type::f16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 

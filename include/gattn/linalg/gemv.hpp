@@ -91,6 +91,7 @@ void gemv_rows(storage_type t, const void* w, index stride, index count, const f
     case storage_type::f32: gemv_rows<Arch, storage_type::f32>(p, stride, count, x, in, y); break;
     case storage_type::bf16: gemv_rows<Arch, storage_type::bf16>(p, stride, count, x, in, y); break;
     case storage_type::f16: gemv_rows<Arch, storage_type::f16>(p, stride, count, x, in, y); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 

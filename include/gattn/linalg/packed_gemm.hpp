@@ -198,6 +198,7 @@ void packed_gemm_tile(storage_type t, const void* w, index stride, index count, 
     case storage_type::f32: pgemm_tile<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: pgemm_tile<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: pgemm_tile<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 

@@ -168,6 +168,7 @@ void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride,
     case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 

@@ -176,6 +176,7 @@ void tile_gemm_tile_typed(Tiles& t, storage_type type, const void* w, index stri
     case storage_type::f32: tile_gemm_tile<Tiles, storage_type::f32>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: tile_gemm_tile<Tiles, storage_type::bf16>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: tile_gemm_tile<Tiles, storage_type::f16>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
   }
 }
 
