@@ -1,4 +1,4 @@
-// The decode GEMV (linalg/gemv.hpp) on every arch of the binary, f32/bf16/f16, odd sizes and padded
+// The decode GEMV (linalg/gemv.hpp) on every arch of the binary, f32/bf16/f16/E4M3, odd sizes and padded
 // rows, against a double-precision dot product of the widened weights.
 #include <cmath>
 #include <type_traits>
@@ -30,7 +30,7 @@ TEST(LinalgGemv, GemvRowsOnEveryArch) {
         const weight_view v = w.view();
         const auto x = random_vector(std::size_t(in), 3);
         std::vector<float> y(11);
-        detail::gemv_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, x.data(), in, y.data());
+        detail::gemv_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, x.data(), in, y.data(), v.scales());
         for (index r = 0; r < 11; ++r) {
           const dot_result want = reference_dot(in, [&](index k) { return v.at(r, k); }, x.data());
           ASSERT_NEAR(y[std::size_t(r)], want.sum, 3e-6 * want.magnitude + 1e-30)
