@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "gattn/io/safetensors.hpp"
 #include "gattn/simd/convert.hpp"
 #include "support/fp8_weights.hpp"
+#include "support/kernel_sweep.hpp"
 #include "support/vectors.hpp"
 
 namespace gattn {
@@ -326,5 +328,91 @@ TEST(LoadWeights, Fp8FoldersReproduceTheirVectorsInPrefillAndDecode) {
       }
     }
 }
+
+/// A fixed pseudo-random input of n values about N(0, 1).
+std::vector<float> linalg_test_input(index n) {
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<std::size_t>(n));
+  for (float& v : x) v = nd(gen);
+  return x;
+}
+
+/// Resident bytes of this process (/proc/self/statm), or -1 where it cannot be read.
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  double pages_total = 0, pages_resident = -1;
+  if (!(statm >> pages_total >> pages_resident)) return -1;
+  return pages_resident * 4096.0;
+}
+
+// A Qwen3-Next linear-attention layer at its real size (d 2048, H_k 16, H_v 32, D 128) with
+// in_proj_qkvz [12288, 2048] and out_proj [2048, 4096] in block FP8 (blocks of 96 × 16, BF16 scales):
+// built from the mapped file it adds the FP8 bytes it reads and little else to the resident size
+// (no widened copy), and computes what the same layer from its dequantized fp32 copy computes.
+TEST(LoadWeights, RealSizeFp8LayerRunsFromTheMappingWithoutACopy) {
+  if (kernel_test::sweep() == kernel_test::sweep_size::small)
+    GTEST_SKIP() << "a 32 MiB layer: the native and reduced sweeps run it (minutes under qemu or sanitizers)";
+  delta_config c;
+  c.hidden = 2048;
+  c.key_heads = 16;
+  c.value_heads = 32;
+  c.key_head_dim = c.value_head_dim = 128;
+  const index qkvz = 2 * 16 * 128 + 2 * 32 * 128, v = 32 * 128, b0 = 96, b1 = 16;
+  std::mt19937 gen(20261207);
+  std::uniform_int_distribution<int> code(0, 0x7D);  // finite magnitudes up to 240
+  const auto codes = [&](index n) {
+    std::vector<std::uint8_t> out(static_cast<std::size_t>(n));
+    for (auto& b : out) b = std::uint8_t(code(gen) | (gen() & 1 ? 0x80 : 0));
+    return out;
+  };
+  const auto scales = [&](index rows, index cols, float size) {
+    std::vector<std::uint16_t> out(std::size_t(((rows + b0 - 1) / b0) * ((cols + b1 - 1) / b1)));
+    std::uniform_real_distribution<float> u(0.5f * size, 1.5f * size);
+    for (auto& s : out) s = round_to_bf16(u(gen));
+    return out;
+  };
+  const auto w_qkvz = codes(qkvz * 2048), w_out = codes(2048 * v);
+  const auto s_qkvz = scales(qkvz, 2048, 1e-4f), s_out = scales(2048, v, 1e-4f);
+  std::vector<std::uint16_t> ba(64 * 2048), conv(std::size_t((2 * 16 * 128 + v) * 4)), a_log(32), dt(32), norm(128);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto* t : {&ba, &conv, &a_log, &dt, &norm})
+    for (auto& x : *t) x = round_to_bf16(0.05f * nd(gen));
+  for (auto& x : norm) x = round_to_bf16(1.0f + 0.05f * nd(gen));
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "gattn_real_size_fp8.safetensors";
+  io::write_safetensors(path.string(),
+                        {{"in_proj_qkvz.weight", dtype::f8_e4m3, {qkvz, 2048}, w_qkvz.data()},
+                         {"in_proj_qkvz.weight_scale_inv", dtype::bf16, {(qkvz + b0 - 1) / b0, 2048 / b1}, s_qkvz.data()},
+                         {"out_proj.weight", dtype::f8_e4m3, {2048, v}, w_out.data()},
+                         {"out_proj.weight_scale_inv", dtype::bf16, {(2048 + b0 - 1) / b0, v / b1}, s_out.data()},
+                         {"in_proj_ba.weight", dtype::bf16, {64, 2048}, ba.data()},
+                         {"conv1d.weight", dtype::bf16, {2 * 16 * 128 + v, 1, 4}, conv.data()},
+                         {"A_log", dtype::bf16, {32}, a_log.data()},
+                         {"dt_bias", dtype::bf16, {32}, dt.data()},
+                         {"norm.weight", dtype::bf16, {128}, norm.data()}});
+  const index T = 8, d = 2048;
+  const auto x = linalg_test_input(T * d);
+  std::vector<float> y(std::size_t(T * d)), want(y.size());
+  const double before = resident_bytes();
+  {
+    io::load_options options;
+    options.fp8 = io::fp8_format{b0, b1};
+    options.strict_in_place = true;
+    const weight_map w = io::load_weights(io::checkpoint::open(path.string()), "", options);
+    std::filesystem::remove(path);  // the mapping stays
+    const delta_layer layer(c, w);
+    layer.forward({x.data(), T, d, d}, {y.data(), T, d, d});
+    const double grown = resident_bytes() - before, fp8_bytes = double(w_qkvz.size() + w_out.size());
+    if (before >= 0) {
+      EXPECT_LE(grown, fp8_bytes + 16.0 * (1 << 20)) << "resident size grew by " << grown / (1 << 20) << " MiB for "
+                                                     << fp8_bytes / (1 << 20) << " MiB of FP8 weights";
+    }
+    const delta_layer widened(c, test::widened_weights(w));
+    widened.forward({x.data(), T, d, d}, {want.data(), T, d, d});
+  }
+  EXPECT_LE(test::max_abs_diff(y, want), 1e-4 * test::max_abs(want));
+  EXPECT_GT(test::max_abs(want), 0.0);
+}
+
 }  // namespace test_load_weights
 }  // namespace gattn
