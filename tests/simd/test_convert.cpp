@@ -277,6 +277,42 @@ TEST(SimdConvert, WidensEveryE4m3CodeOnEveryArch) {
   });
 }
 
+TEST(SimdConvert, WidensE4m3CodesInQuadsWhereTheBuildHasVbmi) {
+  // load_e4m3_quads (AVX-512 VBMI): vector j lane i holds code 4i + e4m3_quad_offset[j], exactly;
+  // load_e4m3_raw2 (every arch): two vectors of codes in order, times 2^-8.
+  std::vector<std::uint8_t> all(256 + 128);
+  for (std::size_t c = 0; c < all.size(); ++c) all[c] = std::uint8_t(c * 167u + 3);
+  const auto same = [](float got, float want) { return same_bits(got, want) || (std::isnan(got) && std::isnan(want)); };
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    const index W = index(gattn::simd::width<A>);
+    alignas(64) float lo[64], hi[64];
+    for (index p = 0; p + 2 * W <= index(all.size()); p += 3) {
+      gattn::simd::batch<float, A> l, h;
+      gattn::simd::load_e4m3_raw2<A>(all.data() + p, l, h);
+      gattn::simd::store(lo, l);
+      gattn::simd::store(hi, h);
+      for (index i = 0; i < W; ++i) {
+        ASSERT_TRUE(same(lo[i], gattn::e4m3_to_float(all[std::size_t(p + i)]) / 256)) << gattn::arch_name<A>() << " at " << p + i;
+        ASSERT_TRUE(same(hi[i], gattn::e4m3_to_float(all[std::size_t(p + W + i)]) / 256)) << gattn::arch_name<A>();
+      }
+    }
+    if constexpr (gattn::simd::e4m3_quads<A>) {
+      for (index p = 0; p + 4 * W <= index(all.size()); p += 5) {
+        gattn::simd::batch<float, A> q[4];
+        gattn::simd::load_e4m3_quads<A>(all.data() + p, q);
+        for (int j = 0; j < 4; ++j) {
+          gattn::simd::store(lo, q[j]);
+          for (index i = 0; i < W; ++i) {
+            const std::uint8_t code = all[std::size_t(p + 4 * i + gattn::simd::e4m3_quad_offset[j])];
+            ASSERT_TRUE(same(lo[i], gattn::e4m3_to_float(code))) << "quad " << j << " lane " << i << " code 0x" << std::hex << int(code);
+          }
+        }
+      }
+    }
+  });
+}
+
 TEST(SimdConvert, RoundsToE4m3LikeTheReferenceOnEveryArch) {
   std::vector<float> in = edge_and_random_floats();
   for (int c = 0; c < 256; ++c) {  // every code, every tie between neighbours, and saturation

@@ -44,6 +44,22 @@ struct block_scales {
   /// The first column after c (of the view) where the scale may change: the end of c's block.
   index block_end_col(index c) const noexcept { return ((col0 + c) / block_cols + 1) * block_cols - col0; }
 
+  /// The scales along row r of the view, block by block, without a division per block: the scale
+  /// of the current run of columns, where the run ends, then next() to the following run.
+  struct row_runs {
+    const block_scales* s;
+    index block_row, block_col, end;
+    float scale() const noexcept { return s->block(block_row, block_col); }
+    void next() noexcept {
+      ++block_col;
+      end += s->block_cols;
+    }
+  };
+  /// The runs of row r from column c on (the first one ends at c's block end).
+  row_runs runs_of_row(index r, index c = 0) const noexcept {
+    return {this, (row0 + r) / block_rows, (col0 + c) / block_cols, block_end_col(c)};
+  }
+
   /// The scales of the view's rows from `first` on / columns from `first` on.
   block_scales from_row(index first) const noexcept {
     block_scales s = *this;

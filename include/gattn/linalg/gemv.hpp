@@ -1,5 +1,5 @@
 // The decode GEMV: y = W·x over a block of weight rows in their stored dtype, fp32 accumulation.
-// Block-scaled E4M3 rows sum each run of one block unscaled and scale the run's sum.
+// Block-scaled E4M3 rows are dot products of their codes with x scaled once per run of rows.
 // Templates on Arch so tests can run every ISA of the binary.
 #pragma once
 
@@ -72,34 +72,95 @@ float gemv_row_16bit(const unsigned char* row, const float* x, index in) noexcep
   return s;
 }
 
-/// y[r] = Σ_k W[r, k] · x[k] for row r of an E4M3 weight (codes at `row`, scales in sc): each run
-/// of columns under one block scale is summed unscaled (the codes widened times 2^-8, four FMA
-/// chains), then added times the run's scale · 2^8: one multiply per run, not per weight.
+/// Σ_k raw(codes[k]) · xs[k], k < n: the E4M3 codes widened times 2^-8 (simd::load_e4m3_raw2), four
+/// FMA chains, the tail in order.
 template <class Arch>
-float gemv_row_e4m3(const unsigned char* row, const block_scales& sc, index r, const float* x, index in) noexcept {
+float gemv_e4m3_dot(const unsigned char* codes, const float* xs, index n) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>);
-  B total(0.0f);
-  float tail = 0.0f;
-  for (index k = 0; k < in;) {
-    const index end = std::min(in, sc.block_end_col(k));
-    const float s = sc.of(r, k);
-    B a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
-    index j = k;
-    for (; j + 4 * L <= end; j += 4 * L) {
-      a0 = simd::fma(simd::load_e4m3_raw<Arch>(row + j), simd::load<Arch>(x + j), a0);
-      a1 = simd::fma(simd::load_e4m3_raw<Arch>(row + j + L), simd::load<Arch>(x + j + L), a1);
-      a2 = simd::fma(simd::load_e4m3_raw<Arch>(row + j + 2 * L), simd::load<Arch>(x + j + 2 * L), a2);
-      a3 = simd::fma(simd::load_e4m3_raw<Arch>(row + j + 3 * L), simd::load<Arch>(x + j + 3 * L), a3);
-    }
-    for (; j + L <= end; j += L) a0 = simd::fma(simd::load_e4m3_raw<Arch>(row + j), simd::load<Arch>(x + j), a0);
-    const B run = (a0 + a2) + (a1 + a3);
-    if (std::fabs(s) < e4m3_foldable_scale) total = simd::fma(run, B(s * simd::e4m3_raw_factor), total);
-    else total = simd::fma(run * B(simd::e4m3_raw_factor), B(s), total);
-    for (; j < end; ++j) tail += e4m3_to_float(row[j]) * s * x[j];
-    k = end;
+  B a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f), w0, w1, w2, w3;
+  index k = 0;
+  for (; k + 4 * L <= n; k += 4 * L) {
+    simd::load_e4m3_raw2<Arch>(codes + k, w0, w1);
+    simd::load_e4m3_raw2<Arch>(codes + k + 2 * L, w2, w3);
+    a0 = simd::fma(w0, simd::load<Arch>(xs + k), a0);
+    a1 = simd::fma(w1, simd::load<Arch>(xs + k + L), a1);
+    a2 = simd::fma(w2, simd::load<Arch>(xs + k + 2 * L), a2);
+    a3 = simd::fma(w3, simd::load<Arch>(xs + k + 3 * L), a3);
   }
-  return lane_sum(total) + tail;
+  for (; k + L <= n; k += L) a0 = simd::fma(simd::load_e4m3_raw<Arch>(codes + k), simd::load<Arch>(xs + k), a0);
+  float s = lane_sum((a0 + a2) + (a1 + a3));
+  for (; k < n; ++k) s += e4m3_to_float(codes[k]) * (1.0f / simd::e4m3_raw_factor) * xs[k];
+  return s;
+}
+
+/// gemv_e4m3_dot where simd::e4m3_quads<Arch>: the codes widened exactly by table, 64 at a time in
+/// quad order, against xs laid out alike (gemv_e4m3_scale_x); the tail after the last 64 in order.
+template <class Arch>
+float gemv_e4m3_dot_quads(const unsigned char* codes, const float* xs, index n) noexcept {
+  using B = simd::batch<float, Arch>;
+  constexpr index L = index(simd::width<Arch>);
+  B a[4] = {B(0.0f), B(0.0f), B(0.0f), B(0.0f)}, q[4];
+  index k = 0;
+  for (; k + 4 * L <= n; k += 4 * L) {
+    simd::load_e4m3_quads<Arch>(codes + k, q);
+    for (int j = 0; j < 4; ++j) a[j] = simd::fma(q[j], simd::load<Arch>(xs + k + j * L), a[j]);
+  }
+  float s = lane_sum((a[0] + a[2]) + (a[1] + a[3]));
+  for (; k < n; ++k) s += e4m3_to_float(codes[k]) * xs[k];
+  return s;
+}
+
+/// xs[k − k0] = x[k] · (scale of column k in block row `block_row`) · `factor`, k in [k0, k0 + n):
+/// no division per value. `quads`: each whole 64 values in quad order (value 4i + e4m3_quad_offset[j]
+/// at 16j + i), as gemv_e4m3_dot_quads reads them.
+inline void gemv_e4m3_scale_x(const float* x, index k0, index n, const block_scales& sc, index row, float factor,
+                              bool quads, float* xs) noexcept {
+  block_scales::row_runs run = sc.runs_of_row(row, k0);
+  for (index k = k0; k < k0 + n; run.next()) {
+    const index end = std::min(k0 + n, run.end);
+    const float s = run.scale();
+    const bool fold = std::fabs(s) < e4m3_foldable_scale;
+    const float f = fold ? s * factor : s;
+    for (; k < end; ++k) xs[k - k0] = fold ? x[k] * f : (x[k] * f) * factor;
+  }
+  if (!quads) return;
+  alignas(64) float block[64];
+  for (index b = 0; b + 64 <= n; b += 64) {
+    std::copy(xs + b, xs + b + 64, block);
+    for (int j = 0; j < 4; ++j)
+      for (int i = 0; i < 16; ++i) xs[b + 16 * j + i] = block[4 * i + simd::e4m3_quad_offset[j]];
+  }
+}
+
+/// Columns of x scaled at a time by gemv_rows_e4m3 (on the stack).
+inline constexpr index gemv_e4m3_chunk = 4096;
+
+/// y[r] = Σ_k W[r, k] · x[k] for the `count` E4M3 rows at w (`stride` bytes apart, scales in sc):
+/// for each run of rows under one row of block scales, x is multiplied once by its columns' scales
+/// (times 2^8), and every row of the run is a plain dot product of its codes with that: no scale
+/// and no block edge inside the rows' loop. (Each product is e4m3 · (x · s): the dequantized
+/// weight's product to fp32 rounding, not its bits.)
+template <class Arch>
+void gemv_rows_e4m3(const unsigned char* w, index stride, index count, const float* x, index in, float* y,
+                    const block_scales& sc) noexcept {
+  alignas(64) float xs[std::size_t(gemv_e4m3_chunk)];
+  for (index r0 = 0; r0 < count;) {
+    const index block_row = (sc.row0 + r0) / sc.block_rows;
+    const index r1 = std::min(count, (block_row + 1) * sc.block_rows - sc.row0);
+    for (index r = r0; r < r1; ++r) y[r] = 0.0f;
+    for (index k0 = 0; k0 < in; k0 += gemv_e4m3_chunk) {
+      const index n = std::min(gemv_e4m3_chunk, in - k0);
+      if constexpr (simd::e4m3_quads<Arch>) {
+        gemv_e4m3_scale_x(x, k0, n, sc, r0, 1.0f, true, xs);
+        for (index r = r0; r < r1; ++r) y[r] += gemv_e4m3_dot_quads<Arch>(w + r * stride + k0, xs, n);
+      } else {
+        gemv_e4m3_scale_x(x, k0, n, sc, r0, simd::e4m3_raw_factor, false, xs);
+        for (index r = r0; r < r1; ++r) y[r] += gemv_e4m3_dot<Arch>(w + r * stride + k0, xs, n);
+      }
+    }
+    r0 = r1;
+  }
 }
 
 /// y[r] = Σ_k W[r, k] · x[k] for the `count` rows at `w`, `stride` bytes apart.
@@ -127,9 +188,7 @@ void gemv_rows(storage_type t, const void* w, index stride, index count, const f
     case storage_type::f32: gemv_rows<Arch, storage_type::f32>(p, stride, count, x, in, y); break;
     case storage_type::bf16: gemv_rows<Arch, storage_type::bf16>(p, stride, count, x, in, y); break;
     case storage_type::f16: gemv_rows<Arch, storage_type::f16>(p, stride, count, x, in, y); break;
-    case storage_type::f8_e4m3:
-      for (index r = 0; r < count; ++r) y[r] = gemv_row_e4m3<Arch>(p + r * stride, *sc, r, x, in);
-      break;
+    case storage_type::f8_e4m3: gemv_rows_e4m3<Arch>(p, stride, count, x, in, y, *sc); break;
   }
 }
 

@@ -53,9 +53,10 @@ template <class Arch>
 void widen_e4m3_row(const unsigned char* row, const block_scales& sc, index r, index k0, index kb, float* out) noexcept {
   using B = simd::batch<float, Arch>;
   constexpr index L = index(simd::width<Arch>);
-  for (index k = k0; k < k0 + kb;) {
-    const index end = std::min(k0 + kb, sc.block_end_col(k));
-    const float s = sc.of(r, k);
+  block_scales::row_runs run_of = sc.runs_of_row(r, k0);
+  for (index k = k0; k < k0 + kb; run_of.next()) {
+    const index end = std::min(k0 + kb, run_of.end);
+    const float s = run_of.scale();
     index j = k;
     if (std::fabs(s) < e4m3_foldable_scale) {
       // raw = e4m3 · 2^-8 and s · 2^8 are exact: their product is e4m3 · s rounded once.

@@ -408,6 +408,103 @@ inline batch<float, Arch> load_e4m3_raw(const std::uint8_t* p) noexcept {
   }
 }
 
+/// The 2·width<Arch> E4M3 codes at p widened as load_e4m3_raw does, into lo (the first width<Arch>)
+/// and hi. AVX-512 converts all of them in 16-bit lanes of one register: half the integer work.
+template <class Arch>
+inline void load_e4m3_raw2(const std::uint8_t* p, batch<float, Arch>& lo, batch<float, Arch>& hi) noexcept {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx512bw>) {
+    const __m512i shifted = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 7);
+    __m512i h = _mm512_add_epi16(shifted, _mm512_and_si512(shifted, _mm512_set1_epi16(0x4000)));
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(0x3F80));
+    h = _mm512_mask_add_epi16(h, nan, h, _mm512_set1_epi16(0x4000));  // 0x3F80 -> 0x7F80: an f16 NaN
+    lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    return;
+  }
+#endif
+  lo = load_e4m3_raw<Arch>(p);
+  hi = load_e4m3_raw<Arch>(p + width<Arch>);
+}
+
+// ---- E4M3 by table, in quad order (AVX-512 VBMI) --------------------------------------------------
+// Every E4M3 value is a bf16 value exactly. Two 128-byte tables give the high and the low byte of
+// the bf16 of each magnitude (NaN included), one VPERMI2B each for 64 codes; the sign is or-ed
+// into the high byte; two shift-and-merge steps pair the bytes into bf16 words, and each 32-bit lane
+// then yields two floats by a shift or a mask (as load_bf16_even/odd do). The conversion touches the
+// shuffle unit twice per 64 codes (the f16 route: eight times), but the floats come out in "quad
+// order": vector j holds codes 4i + e4m3_quad_offset[j]. Callers arrange the other operand alike.
+
+/// Whether load_e4m3_quads exists for Arch (AVX-512 with VBMI in the build's flags).
+template <class Arch>
+inline constexpr bool e4m3_quads =
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+    detail::derives_v<Arch, xsimd::avx512bw>;
+#else
+    false;
+#endif
+/// The code offset (mod 4) of the floats in each of load_e4m3_quads' four vectors.
+inline constexpr int e4m3_quad_offset[4] = {0, 2, 1, 3};
+
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+namespace detail {
+/// Byte `byte` (0: low, 1: high) of the bf16 bits of E4M3 magnitude c, for c < 128.
+constexpr std::uint8_t e4m3_bf16_byte(int c, int byte) {
+  const int e = c >> 3, m = c & 7;
+  int bits = c == 0x7F ? 0x7FC0 : 0;                      // NaN, or zero
+  if (c != 0x7F && e > 0) bits = ((e + 120) << 7) | (m << 4);
+  if (e == 0 && m > 0) {                                  // m · 2^-9: normalise the 3-bit mantissa
+    int exp = 118, man = m;                               // 2^-9 is 2^(118 - 127)
+    while (man < 8) man <<= 1, --exp;
+    exp += 3;
+    bits = (exp << 7) | ((man & 7) << 4);
+  }
+  return std::uint8_t(byte ? bits >> 8 : bits & 0xFF);
+}
+struct e4m3_bf16_tables {
+  alignas(64) std::uint8_t high[128];
+  alignas(64) std::uint8_t low[128];
+};
+constexpr e4m3_bf16_tables make_e4m3_bf16_tables() {
+  e4m3_bf16_tables t{};
+  for (int c = 0; c < 128; ++c) {
+    t.high[c] = e4m3_bf16_byte(c, 1);
+    t.low[c] = e4m3_bf16_byte(c, 0);
+  }
+  return t;
+}
+inline constexpr e4m3_bf16_tables e4m3_tables = make_e4m3_bf16_tables();
+}  // namespace detail
+#endif
+
+/// The 4·width<Arch> (64) E4M3 codes at p widened exactly into q[0..3] in quad order (only where
+/// e4m3_quads<Arch>).
+template <class Arch>
+inline void load_e4m3_quads(const std::uint8_t* p, batch<float, Arch> (&q)[4]) noexcept {
+  static_assert(e4m3_quads<Arch>, "load_e4m3_quads needs AVX-512 VBMI");
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+  const auto& t = detail::e4m3_tables;
+  const __m512i codes = _mm512_loadu_si512(p);
+  const __m512i high0 = _mm512_load_si512(t.high), high1 = _mm512_load_si512(t.high + 64);
+  const __m512i low0 = _mm512_load_si512(t.low), low1 = _mm512_load_si512(t.low + 64);
+  // high | (codes & 0x80): the sign bit, which the 7-bit table index ignores
+  const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, codes, high1), codes,
+                                                 _mm512_set1_epi8(char(0x80)), 0xF8);
+  const __m512i low = _mm512_permutex2var_epi8(low0, codes, low1);
+  // bf16 words: even codes (low byte 2i, high byte 2i moved up), odd codes (low byte 2i+1 moved down)
+  const __m512i even = _mm512_ternarylogic_epi32(low, _mm512_slli_epi16(high, 8), _mm512_set1_epi16(0x00FF), 0xEC);
+  const __m512i odd = _mm512_ternarylogic_epi32(_mm512_srli_epi16(low, 8), high, _mm512_set1_epi16(int16_t(0xFF00)), 0xF8);
+  const __m512i top = _mm512_set1_epi32(int(0xFFFF0000u));
+  q[0] = _mm512_castsi512_ps(_mm512_slli_epi32(even, 16));
+  q[1] = _mm512_castsi512_ps(_mm512_and_si512(even, top));
+  q[2] = _mm512_castsi512_ps(_mm512_slli_epi32(odd, 16));
+  q[3] = _mm512_castsi512_ps(_mm512_and_si512(odd, top));
+#else
+  (void)p;
+  (void)q;
+#endif
+}
+
 /// The width<Arch> E4M3 codes at p widened exactly.
 template <class Arch>
 inline batch<float, Arch> load_e4m3(const std::uint8_t* p) noexcept {
