@@ -330,6 +330,26 @@ TEST(DeltaStatePool, IdsOfReleasedSequencesAreRefused) {
   EXPECT_THROW(pool.restore(b, delta_state(other)), gattn::cache_error);
 }
 
+// Finite A_log and dt_bias whose decay overflows to −inf (exp(88) · softplus(30 + a); dt_bias 3e38)
+// erase the state at every token: one prefill (chunked) and token-by-token decode agree and stay
+// finite, as the recurrence does.
+TEST(DeltaLayer, DecayOverflowingToMinusInfinityMatchesDecode) {
+  const delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet);
+  for (const auto& [a_log, dt_bias] : std::vector<std::pair<float, float>>{{88.0f, 30.0f}, {0.0f, 3e38f}}) {
+    gattn::weight_map w = gattn::test::random_delta_weights(c, 83);
+    w.set("A_log", {c.value_heads}, std::vector<float>(std::size_t(c.value_heads), a_log));
+    w.set("dt_bias", {c.value_heads}, std::vector<float>(std::size_t(c.value_heads), dt_bias));
+    const delta_layer layer(c, w);
+    const index T = 150;
+    const auto x = random_input(T, c.hidden, 84);
+    delta_state a = layer.make_state(), b = layer.make_state();
+    const auto prefill = run_in_calls(layer, x, T, a, {T});
+    const auto decode = run_in_calls(layer, x, T, b, {1});
+    for (float v : prefill) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LE(relative(prefill, std::vector<double>(decode.begin(), decode.end())), 1e-5) << a_log << " " << dt_bias;
+  }
+}
+
 // A delta-rule layer keeps a state, a softmax layer a KV cache: any_layer refuses the other kind.
 TEST(DeltaLayer, AnyLayerRefusesTheOtherKindOfMemory) {
   const delta_config c = gattn::test::small_delta(delta_kind::kda);
