@@ -350,6 +350,30 @@ TEST(DeltaLayer, DecayOverflowingToMinusInfinityMatchesDecode) {
   }
 }
 
+// A moved-from or default-constructed state holds no values: calls and restores refuse it (they
+// dereferenced its buffer), and the state moved into works.
+TEST(DeltaLayer, MovedFromStatesAreRefused) {
+  const delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet);
+  const delta_layer layer(c, gattn::test::random_delta_weights(c, 85));
+  const auto x = random_input(3, c.hidden, 86);
+  std::vector<float> y(x.size());
+  delta_state a = layer.make_state();
+  delta_state b = std::move(a);
+  delta_state empty;
+  for (delta_state* s : {&a, &empty}) {
+    EXPECT_FALSE(s->holds_values());
+    EXPECT_THROW(layer.prefill({x.data(), 3, c.hidden, c.hidden}, *s, {y.data(), 3, c.hidden, c.hidden}), gattn::cache_error);
+    gattn::delta_state_pool pool = layer.make_state_pool(1);
+    const auto id = pool.create();
+    EXPECT_THROW(pool.restore(id, *s), gattn::cache_error);
+  }
+  EXPECT_NO_THROW(layer.prefill({x.data(), 3, c.hidden, c.hidden}, b, {y.data(), 3, c.hidden, c.hidden}));
+  a = std::move(b);
+  EXPECT_TRUE(a.holds_values());
+  EXPECT_FALSE(b.holds_values());
+  EXPECT_EQ(a.tokens(), 3);
+}
+
 // A delta-rule layer keeps a state, a softmax layer a KV cache: any_layer refuses the other kind.
 TEST(DeltaLayer, AnyLayerRefusesTheOtherKindOfMemory) {
   const delta_config c = gattn::test::small_delta(delta_kind::kda);
