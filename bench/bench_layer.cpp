@@ -2,7 +2,7 @@
 // and layer/L1D (decode one token at 8192 cached), variants plain / g1_elementwise / g1_headwise /
 // unfused (elementwise gate, the Eigen baseline SDPA); layer/L1D/g1_elementwise_bf16 (bf16 weights
 // used in place and a bf16 KV cache); layer/L1P/g1_elementwise_bf16_fast (the same with the layer's
-// numerics = fast: bf16-operand projections); proj/gemv/{f32,bf16,f16} (the fused q/k/v/gate projection of
+// numerics = fast: bf16-operand projections); proj/gemv/{f32,bf16,f16,f8_e4m3} (the fused q/k/v/gate projection of
 // one decode token alone, GBps = weight bytes, for limits/read); proj/gemm/{dtype}/n:N (the same for N
 // rows, GFLOPS for limits/fma; bf16_fast with gemm_numerics::fast); and the MLA layer, layer/MLAP (prefill
 // T = 2048; MLAP64 and MLAP512 at shorter prompts, absorbed vs expanded) and layer/MLAD (decode at 8192 cached, absorbed vs expanded).
@@ -208,14 +208,14 @@ void bm_projection(benchmark::State& st, gattn::storage_type type, index rows, i
 int register_layers() {
   for (int t : {1, 2}) {
     const std::string ts = "/t:" + std::to_string(t);
-    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
+    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16, gattn::storage_type::f8_e4m3})
       benchmark::RegisterBenchmark(("proj/gemv/" + std::string(gattn::to_string(type)) + ts).c_str(), bm_projection, type,
                                    index(1), t, gattn::gemm_numerics::exact)
           ->Unit(benchmark::kMicrosecond)->UseRealTime();
     // The same projection for N rows (batched decode, prefill at n:2048): the GEMV at n:1, the
     // small GEMM up to linear_map::small_gemm_rows, the cache-blocked GEMM beyond (n:128 and n:256
     // show the crossover); bf16_fast: bf16 weights with gemm_numerics::fast.
-    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16})
+    for (auto type : {gattn::storage_type::f32, gattn::storage_type::bf16, gattn::storage_type::f16, gattn::storage_type::f8_e4m3})
       for (index n : {index(1), index(8), index(32), index(64), index(128), index(256), index(2048)})
         benchmark::RegisterBenchmark(("proj/gemm/" + std::string(gattn::to_string(type)) + "/n:" + std::to_string(n) + ts).c_str(),
                                      bm_projection, type, n, t, gattn::gemm_numerics::exact)

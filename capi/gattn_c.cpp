@@ -184,6 +184,7 @@ gattn_status gattn_layer_create(const char* config_path, int64_t layer_index, co
     const std::string from = prefix ? std::string(prefix) : default_prefix(gattn::io::read_config_json(path), layer_index);
     gattn::io::load_options options;
     options.skip_non_float = true;
+    options.fp8 = gattn::io::load_quantization(path);
     *out = new gattn_layer{gattn::any_layer(cfg, gattn::io::load_weights(file, from, options)), {}};
   });
 }

@@ -498,7 +498,10 @@ gattn::weight_map run_weights(const arguments& args, const run_request& r, const
   const std::string prefix = r.layer_index >= 0 && !args.has("--prefix")
                                  ? gattn::io::hf_layer_prefix(read_config_json(r.config_path), r.layer_index)
                                  : find_prefix(weights_file, args);
-  return gattn::io::load_weights(weights_file, prefix, /*skip_non_float=*/true);
+  gattn::io::load_options options;
+  options.skip_non_float = true;
+  options.fp8 = gattn::io::load_quantization(r.config_path);  // the block size of FP8 weights, if any
+  return gattn::io::load_weights(weights_file, prefix, options);
 }
 
 /// The input file's x [T, d], and its y when --check compares with it.
@@ -765,12 +768,14 @@ int run_command(int argc, char** argv) {
   return 0;
 }
 
-/// The weight type `cost` counts: --weight-dtype, else a Hugging Face config's torch_dtype (newer
-/// transformers: dtype; a Qwen3.5 wrapper may keep it in its text_config), else f32. A torch_dtype
+/// The weight type `cost` counts: --weight-dtype, else f8_e4m3 for a Hugging Face config with an FP8
+/// quantization_config, else its torch_dtype (newer transformers: dtype; a Qwen3.5 wrapper may keep it
+/// in its text_config), else f32. A torch_dtype
 /// that is none of f32, bf16, f16 is said, not guessed.
 gattn::storage_type cost_weight_type(const arguments& args, const nlohmann::json& j) {
   if (args.has("--weight-dtype"))
     return args.choice("--weight-dtype", gattn::io::detail::storage_types, gattn::storage_type::f32);
+  if (j.contains("model_type") && gattn::io::parse_quantization(j)) return gattn::storage_type::f8_e4m3;
   const bool nested = j.contains("text_config") && j.at("text_config").is_object();
   for (const char* key : {"torch_dtype", "dtype"}) {
     const nlohmann::json& at = !j.contains(key) && nested ? j.at("text_config") : j;
@@ -1014,9 +1019,13 @@ int info_command(int argc, char** argv) {
   if (args.has("--weights")) {
     const auto file = gattn::io::checkpoint::open(args.values.at("--weights"));
     std::cout << args.values.at("--weights") << ": " << file.tensors().size() << " tensors\n";
-    for (const auto& t : file.tensors())
+    std::size_t fp8 = 0;
+    for (const auto& t : file.tensors()) {
       std::cout << "  " << t.name << "  " << gattn::io::dtype_name(t.type) << "  "
                 << gattn::io::detail::shape_string(t.shape) << "\n";
+      fp8 += t.type == gattn::io::dtype::f8_e4m3;
+    }
+    if (fp8 > 0) std::cout << "  " << fp8 << " tensors are block-scaled FP8 (F8_E4M3 with <name>_scale_inv)\n";
     for (const auto& [k, v] : file.metadata())
       std::cout << "  metadata " << k << ": " << (v.size() > 120 ? v.substr(0, 117) + "..." : v) << "\n";
     for (const gattn::cli::held_layer& l : gattn::cli::layers_in(file))

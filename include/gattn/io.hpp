@@ -9,4 +9,5 @@
 #include "gattn/io/gattn_config.hpp"
 #include "gattn/io/hf_config.hpp"
 #include "gattn/io/load_weights.hpp"
+#include "gattn/io/quantization.hpp"
 #include "gattn/io/safetensors.hpp"

@@ -445,6 +445,50 @@ TEST(DeltaStatePool, IdsOfReleasedSequencesAreRefused) {
   EXPECT_THROW(pool.restore(b, delta_state(other)), gattn::cache_error);
 }
 
+// Finite A_log and dt_bias whose decay overflows to −inf (exp(88) · softplus(30 + a); dt_bias 3e38)
+// erase the state at every token: one prefill (chunked) and token-by-token decode agree and stay
+// finite, as the recurrence does.
+TEST(DeltaLayer, DecayOverflowingToMinusInfinityMatchesDecode) {
+  const delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet);
+  for (const auto& [a_log, dt_bias] : std::vector<std::pair<float, float>>{{88.0f, 30.0f}, {0.0f, 3e38f}}) {
+    gattn::weight_map w = gattn::test::random_delta_weights(c, 83);
+    w.set("A_log", {c.value_heads}, std::vector<float>(std::size_t(c.value_heads), a_log));
+    w.set("dt_bias", {c.value_heads}, std::vector<float>(std::size_t(c.value_heads), dt_bias));
+    const delta_layer layer(c, w);
+    const index T = 150;
+    const auto x = random_input(T, c.hidden, 84);
+    delta_state a = layer.make_state(), b = layer.make_state();
+    const auto prefill = run_in_calls(layer, x, T, a, {T});
+    const auto decode = run_in_calls(layer, x, T, b, {1});
+    for (float v : prefill) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_LE(relative(prefill, std::vector<double>(decode.begin(), decode.end())), 1e-5) << a_log << " " << dt_bias;
+  }
+}
+
+// A moved-from or default-constructed state holds no values: calls and restores refuse it (they
+// dereferenced its buffer), and the state moved into works.
+TEST(DeltaLayer, MovedFromStatesAreRefused) {
+  const delta_config c = gattn::test::small_delta(delta_kind::gated_deltanet);
+  const delta_layer layer(c, gattn::test::random_delta_weights(c, 85));
+  const auto x = random_input(3, c.hidden, 86);
+  std::vector<float> y(x.size());
+  delta_state a = layer.make_state();
+  delta_state b = std::move(a);
+  delta_state empty;
+  for (delta_state* s : {&a, &empty}) {
+    EXPECT_FALSE(s->holds_values());
+    EXPECT_THROW(layer.prefill({x.data(), 3, c.hidden, c.hidden}, *s, {y.data(), 3, c.hidden, c.hidden}), gattn::cache_error);
+    gattn::delta_state_pool pool = layer.make_state_pool(1);
+    const auto id = pool.create();
+    EXPECT_THROW(pool.restore(id, *s), gattn::cache_error);
+  }
+  EXPECT_NO_THROW(layer.prefill({x.data(), 3, c.hidden, c.hidden}, b, {y.data(), 3, c.hidden, c.hidden}));
+  a = std::move(b);
+  EXPECT_TRUE(a.holds_values());
+  EXPECT_FALSE(b.holds_values());
+  EXPECT_EQ(a.tokens(), 3);
+}
+
 // A delta-rule layer keeps a state, a softmax layer a KV cache: any_layer refuses the other kind.
 TEST(DeltaLayer, AnyLayerRefusesTheOtherKindOfMemory) {
   const delta_config c = gattn::test::small_delta(delta_kind::kda);

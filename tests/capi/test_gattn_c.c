@@ -171,6 +171,8 @@ int main(int argc, char** argv) {
   run_folder(argv[1], "hf_qwen3_5", 3, GATTN_LAYER_GQA);
   run_folder(argv[1], "hf_qwen3_5_linear", 0, GATTN_LAYER_GATED_DELTANET);
   run_folder(argv[1], "extra_hf_qwen3_5_text_linear_r4", 2, GATTN_LAYER_GATED_DELTANET);
+  run_folder(argv[1], "hf_qwen3_next_fp8", 3, GATTN_LAYER_GQA); /* block-FP8 weights, block size from config.json */
+  run_folder(argv[1], "hf_qwen3_next_linear_fp8", 0, GATTN_LAYER_GATED_DELTANET);
   /* NULL handles are argument errors, never crashes. */
   gattn_cache* cache = NULL;
   CHECK(gattn_cache_create(NULL, 4, &cache) == GATTN_ERROR_ARGUMENT && cache == NULL, "a NULL layer");

@@ -1,6 +1,7 @@
 // execution_context: every index runs once, custom pools are used, nothing nests; on_this_thread
 // runs its function once, on the calling thread, with a team size of one while it runs.
 #include <atomic>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,11 @@ TEST(ExecutionContext, RefusesBadArguments) {
   EXPECT_THROW(execution_context::with_threads(-1), config_error);
   EXPECT_THROW(execution_context::custom(nullptr, nullptr, 2), config_error);
   EXPECT_THROW(execution_context::custom(&counting_pool::run, nullptr, 0), config_error);
+  // a count no machine has: refused before any call sizes its scratch by it (2 · threads overflowed)
+  EXPECT_THROW(execution_context::with_threads(std::numeric_limits<int>::max()), config_error);
+  EXPECT_THROW(execution_context::with_threads(execution_context::max_threads + 1), config_error);
+  EXPECT_THROW(execution_context::custom(&counting_pool::run, nullptr, std::numeric_limits<int>::max()), config_error);
+  EXPECT_EQ(execution_context::with_threads(execution_context::max_threads).concurrency() > 0, true);
 }
 
 #ifdef _OPENMP

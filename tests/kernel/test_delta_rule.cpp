@@ -295,6 +295,18 @@ TEST(DeltaRule, StrongDecayStaysFinite) {
   }
 }
 
+/// A decay of −inf (an exp(A_log) · softplus overflow) erases the state at its token: every form gives
+/// the recurrence's answer (no −inf − (−inf) = NaN in a chunk), for −inf tokens at a chunk's start,
+/// inside it, at its end and twice in one chunk.
+TEST(DeltaRule, MinusInfiniteDecayErasesTheState) {
+  for (bool kda : {false, true}) {
+    problem pr = make(2 * C + 7, 1, 2, 16, 16, kda, decay::mild, 17 + unsigned(kda));
+    for (index t : {index(0), index(5), index(9), C - 1, C, index(2 * C + 3)})
+      for (index i = 0; i < pr.gs; ++i) pr.g[std::size_t(t * pr.gs + i)] = -INFINITY;
+    check(pr, {delta_form::recurrent, delta_form::chunked, delta_form::automatic});
+  }
+}
+
 /// max |a − b| over the outputs and the state, and max |b|.
 std::pair<double, double> max_diff(const run_result& a, const run_result& b) {
   double err = 0, ref = 0;

@@ -1,5 +1,5 @@
 // The small GEMM and the untransposed product (linalg/gemm.hpp) on every arch of the binary,
-// f32/bf16/f16: against double-precision dot products, and every row of a batch with the bits of
+// f32/bf16/f16 and block-scaled E4M3: against double-precision dot products, and every row of a batch with the bits of
 // that row alone, whatever the block shape, pass split or staged panel.
 #include <cmath>
 #include <type_traits>
@@ -34,7 +34,7 @@ TEST(LinalgGemm, SmallGemmRowsOnEveryArch) {
             const auto x = random_vector(std::size_t(rows * x_stride), 5);
             std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
             detail::gemm_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), count, x.data(), x_stride, rows, in,
-                                 y.data(), y_stride);
+                                 y.data(), y_stride, v.scales());
             for (index n = 0; n < rows; ++n) {
               for (index r = 0; r < count; ++r) {
                 const dot_result want =
@@ -71,12 +71,13 @@ TEST(LinalgGemm, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
             if (small && (count == 5 || count == 13 || rows == 5 || rows == 11)) continue;
             const index x_stride = in + 1, y_stride = count + 1, stride = (in + 2) * storage_bytes(type);
             const stored_weight w(type, count, in, 2, unsigned(in + count + rows));
+            const weight_view v = w.view();
             const auto x = random_vector(std::size_t(rows * x_stride), unsigned(rows));
             std::vector<float> y(std::size_t(rows * y_stride), -99.0f), one(static_cast<std::size_t>(count));
-            detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data(), x_stride, rows, in, y.data(), y_stride);
+            detail::gemm_rows<A>(type, v.data(), stride, count, x.data(), x_stride, rows, in, y.data(), y_stride, v.scales());
             for (index n = 0; n < rows; ++n) {
-              detail::gemm_rows<A>(type, w.view().data(), stride, count, x.data() + n * x_stride, x_stride, 1, in,
-                                   one.data(), count);
+              detail::gemm_rows<A>(type, v.data(), stride, count, x.data() + n * x_stride, x_stride, 1, in,
+                                   one.data(), count, v.scales());
               for (index r = 0; r < count; ++r)
                 ASSERT_EQ(y[std::size_t(n * y_stride + r)], one[std::size_t(r)])
                     << A::name() << " " << to_string(type) << " in " << in << " count " << count << " rows " << rows
@@ -86,8 +87,8 @@ TEST(LinalgGemm, SmallGemmBatchedRowsEqualEachRowAloneOnEveryArch) {
             // and row by row in the other direction: each weight row alone gives the same bits
             for (index r = 0; r < count; r += 3) {
               std::vector<float> col(static_cast<std::size_t>(rows));
-              detail::gemm_rows<A>(type, static_cast<const unsigned char*>(w.view().data()) + r * stride, stride, 1,
-                                   x.data(), x_stride, rows, in, col.data(), 1);
+              const weight_view row = v.row_range(r, 1);
+              detail::gemm_rows<A>(type, row.data(), stride, 1, x.data(), x_stride, rows, in, col.data(), 1, row.scales());
               for (index n = 0; n < rows; ++n) ASSERT_EQ(col[std::size_t(n)], y[std::size_t(n * y_stride + r)]);
             }
           }
@@ -107,7 +108,7 @@ TEST(LinalgGemm, TransposedProductOnEveryArch) {
           const auto x = random_vector(std::size_t(rows * x_stride), 6);
           std::vector<float> y(std::size_t(rows * y_stride), -99.0f);
           detail::gemm_cols<A>(type, v.data(), v.row_stride() * storage_bytes(type), k_count, cols, x.data(), x_stride,
-                               rows, y.data(), y_stride);
+                               rows, y.data(), y_stride, v.scales());
           for (index n = 0; n < rows; ++n) {
             for (index c = 0; c < cols; ++c) {
               const dot_result want =

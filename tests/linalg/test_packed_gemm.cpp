@@ -41,7 +41,7 @@ void check(storage_type type, shape s, bool exact) {
   const auto x = random_vector(std::size_t(s.rows * x_stride), 5);
   std::vector<float> y(std::size_t(s.rows * y_stride), -99.0f);
   detail::packed_gemm<A>(type, v.data(), v.row_stride() * storage_bytes(type), s.count, x.data(), x_stride, s.rows, s.in,
-                         y.data(), y_stride);
+                         y.data(), y_stride, v.scales());
   for (index m = 0; m < s.rows; ++m) {
     for (index n = 0; n < s.count; ++n) {
       const float got = y[std::size_t(m * y_stride + n)];
@@ -96,7 +96,7 @@ void check_fast(storage_type type, shape s, bool exact) {
   const auto x = random_vector(std::size_t(s.rows * x_stride), 8);
   std::vector<float> y(std::size_t(s.rows * y_stride), -99.0f);
   detail::packed_gemm_fast<A, Native>(type, v.data(), v.row_stride() * storage_bytes(type), s.count, x.data(), x_stride,
-                                      s.rows, s.in, y.data(), y_stride);
+                                      s.rows, s.in, y.data(), y_stride, v.scales());
   std::vector<double> want(std::size_t(s.rows * s.count));
   double scale = 0.0;
   for (index m = 0; m < s.rows; ++m)

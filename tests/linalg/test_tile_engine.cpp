@@ -42,10 +42,11 @@ std::vector<shape> odd_shapes() {
   return out;
 }
 
-/// The weight dtypes to run: bf16 and f32 (rounded in the slot), bf16 alone in a small sweep.
+/// The weight dtypes to run: bf16, f32 and block-scaled E4M3 (rounded in the slot), bf16 alone in
+/// a small sweep.
 std::vector<storage_type> dtypes() {
   if (kernel_test::sweep() == kernel_test::sweep_size::small) return {storage_type::bf16};
-  return {storage_type::f32, storage_type::bf16};
+  return {storage_type::f32, storage_type::bf16, storage_type::f8_e4m3};
 }
 
 /// The output of one engine for a shape and dtype (x row stride in + 1, y row stride count + 3).
@@ -64,7 +65,7 @@ run run_engine(Gemm&& gemm, storage_type type, shape s, bool oracle) {
   run r;
   r.y.assign(std::size_t(s.rows * y_stride), -99.0f);
   gemm(type, v.data(), v.row_stride() * storage_bytes(type), s.count, x.data(), x_stride, s.rows, s.in, r.y.data(),
-       y_stride);
+       y_stride, v.scales());
   if (!oracle) return r;
   for (index m = 0; m < s.rows; ++m)
     for (index n = 0; n < s.count; ++n) {

@@ -25,7 +25,7 @@ TEST(LinalgWeightRows, WidenRowsOnEveryArch) {
         const stored_weight w(type, 11, in, 2, unsigned(in));
         const weight_view v = w.view();
         std::vector<float> widened(std::size_t(11 * in));
-        detail::widen_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, in, widened.data());
+        detail::widen_rows<A>(type, v.data(), v.row_stride() * storage_bytes(type), 11, in, widened.data(), v.scales());
         for (index r = 0; r < 11; ++r)
           for (index k = 0; k < in; ++k) ASSERT_EQ(widened[std::size_t(r * in + k)], v.at(r, k)) << A::name();
       }

@@ -12,6 +12,7 @@
 #include "gattn/parallel/tp_layer.hpp"
 #include "support/delta_vectors.hpp"
 #include "support/random_delta_layer.hpp"
+#include "support/fp8_weights.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
 namespace test_tp_delta {
@@ -149,6 +150,32 @@ TEST(TensorParallelDelta, Qwen3_5FoldersMatchTheirVectors) {
     }
   }
   EXPECT_EQ(runs, 18);
+}
+
+// The delta vectors with block-FP8 projections (blocks of 5 × 11 that the ranks' rows, copied runs
+// of a split group and out_proj's columns all cut): every rank equals the unsharded FP8 layer.
+TEST(TensorParallelDelta, Fp8ProjectionsShardAcrossTheirBlocks) {
+  int runs = 0;
+  for (const std::string& name : gattn::test::delta_case_names()) {
+    auto c = gattn::test::load_delta_case(name);
+    c.weights = gattn::test::fp8_weights(c.weights, 5, 11, name.size() % 2 == 0);
+    std::vector<double> whole;
+    gattn::in_process_group one(1);
+    one.run([&](gattn::communicator& comm) {
+      for (float v : run_rank(gattn::tp_layer(c.config, c.weights, comm), c, 5, false)) whole.push_back(v);
+    });
+    for (int P : {2, 4}) {
+      if (!split_allowed(c.config, P)) continue;
+      std::vector<std::vector<float>> ys(static_cast<std::size_t>(P));
+      gattn::in_process_group group(P);
+      group.run([&](gattn::communicator& comm) {
+        ys[std::size_t(comm.rank())] = run_rank(gattn::tp_layer(c.config, c.weights, comm), c, 5, false);
+      });
+      for (int r = 0; r < P; ++r) EXPECT_LE(relative(ys[std::size_t(r)], whole), 1e-5) << name << " P=" << P << " rank " << r;
+      ++runs;
+    }
+  }
+  EXPECT_GE(runs, 8);
 }
 
 // GDN with 2 key heads over 4 ranks replicates each key head on two ranks, each with half of its

@@ -1,11 +1,13 @@
 // Tensor parallelism (docs/spec.md §12) with P ranks as threads (in_process_group): every GQA and MLA
-// vector, sharded over every P its heads allow, reproduces the float64 output in prefill and decode.
+// vector, sharded over every P its heads allow, reproduces the float64 output in prefill and decode;
+// with block-FP8 weights every rank equals the unsharded FP8 layer.
 #include <gtest/gtest.h>
 
 #include <mutex>
 
 #include "gattn/parallel/in_process_group.hpp"
 #include "gattn/parallel/tp_layer.hpp"
+#include "support/fp8_weights.hpp"
 #include "support/vectors.hpp"
 
 // One namespace per file: the test target is built as a few unity translation units.
@@ -91,6 +93,31 @@ INSTANTIATE_TEST_SUITE_P(Vectors, TensorParallelVectors, ::testing::ValuesIn(all
                          [](const ::testing::TestParamInfo<tp_case>& i) {
                            return i.param.vector + "_p" + std::to_string(i.param.ranks);
                          });
+
+// Block-FP8 weights sharded: a rank's rows, columns and (for per_kv_group fused q_proj) copied runs
+// of rows cut the blocks (7 × 13 here); each slice keeps its values' scales, so every rank equals
+// the one-process layer over the same FP8 weights.
+TEST(TensorParallel, Fp8WeightsShardAcrossTheirBlocks) {
+  int runs = 0;
+  for (const tp_case& tc : all_cases()) {
+    if (tc.ranks == 1 || tc.ranks == 6) continue;
+    test::vector_case c = test::load_vector_case(tc.vector);
+    c.weights = test::fp8_weights(c.weights, 7, 13, tc.ranks == 4);
+    c.y.clear();
+    const std::vector<float> whole = [&] {
+      gattn::in_process_group one(1);
+      std::vector<float> y;
+      one.run([&](gattn::communicator& comm) { y = run_rank(gattn::tp_layer(c.config, c.weights, comm), c, feeding::prefill); });
+      return y;
+    }();
+    const auto ys = run_sharded(c, tc.ranks, feeding::prefill);
+    for (int r = 0; r < tc.ranks; ++r)
+      EXPECT_LE(test::max_abs_diff(ys[std::size_t(r)], whole), 1e-5 * test::max_abs(whole))
+          << tc.vector << " rank " << r << " of " << tc.ranks;
+    ++runs;
+  }
+  EXPECT_GE(runs, 40);
+}
 
 TEST(TensorParallel, EveryVectorRunsOnTwoRanks) {
   // the heads of the vectors allow P = 2 except for the odd-headed ones

@@ -1,7 +1,8 @@
 // Tests of gattn/simd/convert.hpp: the scalar references against the definition of round-to-nearest-
 // even (independent of their bit tricks), then every arch of the binary bit for bit against them over
 // every bf16/f16 pattern and a large set of f32 patterns (random, ties, NaNs, ±inf, ±0, subnormals,
-// the f16 overflow edge), at lengths that are not multiples of the width.
+// the f16 overflow edge), at lengths that are not multiples of the width; E4M3 codes likewise
+// (core/e4m3.hpp's references are checked against the format's definition in tests/core/test_e4m3.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -241,6 +242,92 @@ TEST(SimdConvert, TailsAndOffsetsOnEveryArch) {
         for (index i = 0; i < n; ++i) ASSERT_TRUE(same_bits(w[std::size_t(i)], gattn::f16_to_float(h[std::size_t(off + i)])));
         ASSERT_EQ(w[std::size_t(n)], -3.0f);
       }
+  });
+}
+
+TEST(SimdConvert, WidensEveryE4m3CodeOnEveryArch) {
+  // load_e4m3 and load_e4m3_raw (times 1/256) bit for bit the reference, every code at every lane
+  // and from every offset (no alignment assumed); widen_e4m3 with its tail.
+  std::vector<std::uint8_t> all(256 + 64);
+  for (std::size_t c = 0; c < all.size(); ++c) all[c] = std::uint8_t(c * 167u);  // odd multiplier: every code
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    const index W = index(gattn::simd::width<A>);
+    alignas(64) float full[64], raw[64];
+    for (index p = 0; p + W <= index(all.size()); ++p) {
+      gattn::simd::store(full, gattn::simd::load_e4m3<A>(all.data() + p));
+      gattn::simd::store(raw, gattn::simd::load_e4m3_raw<A>(all.data() + p));
+      for (index l = 0; l < W; ++l) {
+        const float want = gattn::e4m3_to_float(all[std::size_t(p + l)]);
+        ASSERT_TRUE(same_bits(full[l], want) || (std::isnan(want) && std::isnan(full[l])))
+            << gattn::arch_name<A>() << " code 0x" << std::hex << int(all[std::size_t(p + l)]);
+        ASSERT_TRUE(same_bits(raw[l], want / gattn::simd::e4m3_raw_factor) || (std::isnan(want) && std::isnan(raw[l])))
+            << gattn::arch_name<A>() << " raw code 0x" << std::hex << int(all[std::size_t(p + l)]);
+      }
+    }
+    for (index n = 0; n <= 3 * W + 1; ++n) {
+      std::vector<float> w(std::size_t(n + 1), -3.0f);
+      gattn::simd::widen_e4m3<A>(all.data() + 5, w.data(), n);
+      for (index i = 0; i < n; ++i) {
+        const float want = gattn::e4m3_to_float(all[std::size_t(5 + i)]);
+        ASSERT_TRUE(same_bits(w[std::size_t(i)], want) || (std::isnan(want) && std::isnan(w[std::size_t(i)])));
+      }
+      ASSERT_EQ(w[std::size_t(n)], -3.0f) << "wrote past the end";
+    }
+  });
+}
+
+TEST(SimdConvert, WidensE4m3CodesInQuadsWhereTheBuildHasVbmi) {
+  // load_e4m3_quads (AVX-512 VBMI): vector j lane i holds code 4i + e4m3_quad_offset[j], exactly;
+  // load_e4m3_raw2 (every arch): two vectors of codes in order, times 2^-8.
+  std::vector<std::uint8_t> all(256 + 128);
+  for (std::size_t c = 0; c < all.size(); ++c) all[c] = std::uint8_t(c * 167u + 3);
+  const auto same = [](float got, float want) { return same_bits(got, want) || (std::isnan(got) && std::isnan(want)); };
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    const index W = index(gattn::simd::width<A>);
+    alignas(64) float lo[64], hi[64];
+    for (index p = 0; p + 2 * W <= index(all.size()); p += 3) {
+      gattn::simd::batch<float, A> l, h;
+      gattn::simd::load_e4m3_raw2<A>(all.data() + p, l, h);
+      gattn::simd::store(lo, l);
+      gattn::simd::store(hi, h);
+      for (index i = 0; i < W; ++i) {
+        ASSERT_TRUE(same(lo[i], gattn::e4m3_to_float(all[std::size_t(p + i)]) / 256)) << gattn::arch_name<A>() << " at " << p + i;
+        ASSERT_TRUE(same(hi[i], gattn::e4m3_to_float(all[std::size_t(p + W + i)]) / 256)) << gattn::arch_name<A>();
+      }
+    }
+    if constexpr (gattn::simd::e4m3_quads<A>) {
+      for (index p = 0; p + 4 * W <= index(all.size()); p += 5) {
+        gattn::simd::batch<float, A> q[4];
+        gattn::simd::load_e4m3_quads<A>(all.data() + p, q);
+        for (int j = 0; j < 4; ++j) {
+          gattn::simd::store(lo, q[j]);
+          for (index i = 0; i < W; ++i) {
+            const std::uint8_t code = all[std::size_t(p + 4 * i + gattn::simd::e4m3_quad_offset[j])];
+            ASSERT_TRUE(same(lo[i], gattn::e4m3_to_float(code))) << "quad " << j << " lane " << i << " code 0x" << std::hex << int(code);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST(SimdConvert, RoundsToE4m3LikeTheReferenceOnEveryArch) {
+  std::vector<float> in = edge_and_random_floats();
+  for (int c = 0; c < 256; ++c) {  // every code, every tie between neighbours, and saturation
+    const float v = gattn::e4m3_to_float(std::uint8_t(c)), next = gattn::e4m3_to_float(std::uint8_t(c + 1));
+    in.push_back(v);
+    if ((c & 0x7F) < 0x7E) in.push_back((v + next) / 2);
+  }
+  for (float v : {448.0f, 464.0f, 480.0f, 1e6f, -1e6f}) in.push_back(v);
+  kernel_test::for_each_arch([&](auto arch) {
+    using A = decltype(arch);
+    std::vector<std::uint8_t> out(in.size() + 1, 0xAB);
+    gattn::simd::narrow_e4m3<A>(in.data(), out.data(), index(in.size()));
+    for (std::size_t i = 0; i < in.size(); ++i)
+      ASSERT_EQ(out[i], gattn::round_to_e4m3(in[i])) << gattn::arch_name<A>() << " e4m3 of 0x" << std::hex << bits(in[i]);
+    ASSERT_EQ(out[in.size()], 0xAB) << "wrote past the end";
   });
 }
 

@@ -630,7 +630,8 @@ TEST_P(CliHuggingFace, ReproducesCheckpointInABatch) {
 
 // Without --layer: the one layer the weights hold, found by its own weights (o_proj under self_attn.,
 // out_proj beside conv1d under linear_attn.), names the layer of a hybrid model's config.
-INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated", "extra_hf_deepseek_v2_plain",
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen3_next", "hf_deepseek_v3_gated", "hf_qwen3_next_fp8",
+                                           "hf_deepseek_v3_fp8", "extra_hf_deepseek_v2_plain",
                                            "extra_hf_kimi_k3_nope", "extra_hf_qwen3_next_7",
                                            "extra_hf_qwen3_paper_elementwise", "extra_hf_qwen3_paper_headwise_bias",
                                            "hf_qwen3_next_linear", "hf_kimi_linear", "hf_qwen3_5", "hf_qwen3_5_linear",
@@ -641,6 +642,25 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, CliHuggingFace, ::testing::Values("hf_qwen
 }  // namespace
 
 namespace {
+
+// The block-FP8 Gated DeltaNet folder: its block size from config.json's quantization_config, in
+// prefill, decode and a batch of prefixes; `info` says which tensors are FP8, `cost` counts them so.
+TEST(CliFp8, LinearFolderRunsAndIsDescribed) {
+  if (!cli_test::cli_built()) GTEST_SKIP();
+  const std::string dir = test::data_path("hf_qwen3_next_linear_fp8");
+  for (const std::string mode : {"", "--decode-from 0", "--decode-from 7", "--batch-lengths 20,25"}) {
+    const auto r = run_cli("run --check --quiet --layer 0 --config '" + dir + "/config.json' --weights '" + dir +
+                           "/model.safetensors' --input '" + dir + "/io.safetensors' " + mode);
+    EXPECT_EQ(r.status, 0) << mode << ": " << r.err;
+    EXPECT_THAT(r.out, ::testing::HasSubstr(" ok")) << mode;
+  }
+  const auto info = run_cli("info --weights '" + dir + "/model.safetensors'");
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_THAT(info.out, ::testing::HasSubstr("2 tensors are block-scaled FP8"));
+  const auto cost = run_cli("cost --config '" + dir + "/config.json'");
+  ASSERT_EQ(cost.status, 0) << cost.err;
+  EXPECT_THAT(cost.out, ::testing::HasSubstr("f8_e4m3"));
+}
 
 // --weights takes a checkpoint directory: here the shards of hf_qwen3_next written with an index.
 TEST(CliCheckpoint, WeightsDirectoryOfShardsInRunAndInfo) {

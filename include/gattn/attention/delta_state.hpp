@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "gattn/cache/pool_mutex.hpp"
@@ -61,6 +62,26 @@ class delta_state {
   explicit delta_state(const delta_config& c) : shape_(delta_state_shape::of(c)) {
     data_.assign(std::size_t(shape_.total()), 0.0f);
   }
+  delta_state(const delta_state&) = default;
+  delta_state& operator=(const delta_state&) = default;
+  /// A moved-from state is empty (no shape, no values): every call refuses it, as it refuses a
+  /// default-constructed one, instead of reading the values it no longer has.
+  delta_state(delta_state&& o) noexcept
+      : shape_(std::exchange(o.shape_, {})), tokens_(std::exchange(o.tokens_, 0)), data_(std::move(o.data_)) {
+    o.data_.clear();
+  }
+  delta_state& operator=(delta_state&& o) noexcept {
+    if (this != &o) {
+      shape_ = std::exchange(o.shape_, {});
+      tokens_ = std::exchange(o.tokens_, 0);
+      data_ = std::move(o.data_);
+      o.data_.clear();
+    }
+    return *this;
+  }
+
+  /// False for a default-constructed or moved-from state: it holds no values.
+  bool holds_values() const { return !data_.empty() && index(data_.size()) == shape_.total(); }
 
   const delta_state_shape& shape() const { return shape_; }
   /// Tokens absorbed so far.
@@ -153,6 +174,8 @@ class delta_state_pool {
   void restore(sequence_id id, const delta_state& snap) {
     const std::lock_guard<std::recursive_mutex> hold(mutex());
     const index s = slot_of(id, "restore");
+    detail::require<cache_error>(snap.holds_values(), "delta_state_pool: restore of an empty state "
+                                 "(default-constructed or moved from)");
     detail::require<cache_error>(snap.shape() == shape_, "delta_state_pool: restore of a state of another shape (",
                                  snap.shape().recurrent, "+", snap.shape().conv(), " values, the pool's are ",
                                  shape_.recurrent, "+", shape_.conv(), ")");
@@ -215,6 +238,8 @@ class delta_sequence {
   /// Throws cache_error unless the handle names a live state of `shape`.
   void check(const delta_state_shape& shape, const char* who, index seq) const {
     detail::require<cache_error>(!empty(), who, ": states[", seq, "] holds no state");
+    detail::require<cache_error>(pool_ || single_->holds_values(), who, ": states[", seq,
+                                 "] is an empty delta_state (default-constructed or moved from)");
     if (pool_) pool_->check(id_);
     const delta_state_shape& have = single_ ? single_->shape() : pool_->shape();
     detail::require<cache_error>(have == shape, who, ": states[", seq, "] is a state of ", have.recurrent, "+",

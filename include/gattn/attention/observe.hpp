@@ -19,6 +19,7 @@ inline float stored_key(const sdpa_params& p, index at) {
   switch (p.kv_type) {
     case storage_type::bf16: return bf16_to_float(p.k_bits[at]);
     case storage_type::f16: return f16_to_float(p.k_bits[at]);
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
     case storage_type::f32: break;
   }
   return p.k[at];

@@ -151,6 +151,7 @@ class kv_cache {
 
   kv_cache(index capacity, widths w, storage_type type)
       : capacity_(capacity), key_width_(w.key), value_width_(w.value), part_(w.part), part_c_(w.part_c), type_(type) {
+    detail::require<config_error>(type != storage_type::f8_e4m3, "kv_cache: f8_e4m3 is not a cache type");
     detail::require<config_error>(capacity >= 0 && w.key > 0 && w.value >= 0, "kv_cache: capacity=", capacity,
                                   " key_width=", w.key, " value_width=", w.value, " are invalid");
     const index n_keys = detail::checked_values<cache_error>(capacity, w.key, "kv_cache: capacity * key_width");

@@ -214,6 +214,7 @@ class paged_kv_cache {
                  storage_type type)
       : num_blocks_(num_blocks), block_size_(block_size), key_width_(key_width), value_width_(value_width),
         head_dim_(head_dim), type_(type) {
+    detail::require<config_error>(type != storage_type::f8_e4m3, "paged_kv_cache: f8_e4m3 is not a cache type");
     detail::require<config_error>(num_blocks > 0 && num_blocks <= 0x7fffffff, "paged_kv_cache: num_blocks=",
                                   num_blocks, " must be in [1, 2^31)");
     detail::require<config_error>(block_size > 0, "paged_kv_cache: block_size=", block_size, " must be > 0");

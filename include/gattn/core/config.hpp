@@ -72,8 +72,10 @@ enum class norm_kind { none, rms, rms_zero_centered };
 /// cache with W_uk / W_uv absorbed (absorbed); `automatic` lets the layer choose per call.
 enum class mla_form { automatic, absorbed, expanded };
 enum class rope_style { neox, interleaved, none };
-/// Element type of stored values (docs/spec.md §10): KV caches, and weights used in place.
-enum class storage_type { f32, bf16, f16 };
+/// Element type of stored values (docs/spec.md §10, §15): KV caches, and weights used in place.
+/// `f8_e4m3` is OCP E4M3 ("fn"), one byte: weights carry a block scale beside it (core/weights.hpp),
+/// a cache a scale per layer for K and for V.
+enum class storage_type { f32, bf16, f16, f8_e4m3 };
 /// docs/spec.md §10: `exact` widens stored K/V to fp32 for every product; `fast` may also round scale·q and
 /// the probabilities to the cache type to use dot-product instructions (fp32 accumulation still).
 enum class kv_numerics { exact, fast };
@@ -259,7 +261,13 @@ inline const char* to_string(norm_kind n) {
   return "?";
 }
 inline const char* to_string(storage_type t) {
-  return t == storage_type::f32 ? "f32" : t == storage_type::bf16 ? "bf16" : "f16";
+  switch (t) {
+    case storage_type::f32: return "f32";
+    case storage_type::bf16: return "bf16";
+    case storage_type::f16: return "f16";
+    case storage_type::f8_e4m3: return "f8_e4m3";
+  }
+  return "?";
 }
 inline const char* to_string(kv_numerics n) { return n == kv_numerics::exact ? "exact" : "fast"; }
 inline const char* to_string(numerics n) { return n == numerics::exact ? "exact" : "fast"; }

@@ -32,8 +32,13 @@ class execution_context {
 
   /// OpenMP with its default team size.
   execution_context() = default;
+  /// The most threads a context may ask for: per-thread scratch and the work splits (twice the
+  /// threads) stay far from overflowing, and no machine gattn runs on has more.
+  static constexpr int max_threads = 1 << 16;
+
   static execution_context with_threads(int threads) {
-    detail::require<config_error>(threads >= 0, "execution_context: threads=", threads, " must be >= 0");
+    detail::require<config_error>(threads >= 0 && threads <= max_threads, "execution_context: threads=", threads,
+                                  " must be in [0, ", max_threads, "]");
     execution_context e;
     e.threads_ = threads;
     return e;
@@ -41,7 +46,8 @@ class execution_context {
   static execution_context serial() { return with_threads(1); }
   static execution_context custom(parallel_for_fn fn, void* user, int concurrency) {
     detail::require<config_error>(fn != nullptr, "execution_context: custom parallel_for is null");
-    detail::require<config_error>(concurrency >= 1, "execution_context: concurrency=", concurrency, " must be >= 1");
+    detail::require<config_error>(concurrency >= 1 && concurrency <= max_threads, "execution_context: concurrency=",
+                                  concurrency, " must be in [1, ", max_threads, "]");
     execution_context e;
     e.fn_ = fn;
     e.user_ = user;
@@ -54,7 +60,7 @@ class execution_context {
     if (fn_) return threads_;
 #ifdef _OPENMP
     if (omp_in_parallel()) return 1;
-    return threads_ > 0 ? threads_ : omp_get_max_threads();
+    return threads_ > 0 ? threads_ : std::min(omp_get_max_threads(), max_threads);
 #else
     return 1;
 #endif

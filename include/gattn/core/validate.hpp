@@ -111,6 +111,7 @@ inline index values_per_token(const mla_config& c) {
 }
 
 inline void validate(const gqa_config& c) {
+  detail::require<config_error>(c.kv_cache_type != storage_type::f8_e4m3, "kv_cache_dtype=f8_e4m3 is not a cache type");
   detail::require_size("hidden_size", c.hidden);
   detail::require_size("num_attention_heads", c.q_heads);
   detail::require_size("num_key_value_heads", c.kv_heads);
@@ -132,6 +133,7 @@ inline void validate(const gqa_config& c) {
 }
 
 inline void validate(const mla_config& c) {
+  detail::require<config_error>(c.kv_cache_type != storage_type::f8_e4m3, "kv_cache_dtype=f8_e4m3 is not a cache type");
   detail::require_size("hidden_size", c.hidden);
   detail::require_size("num_attention_heads", c.heads);
   detail::require_size("qk_nope_head_dim", c.qk_nope_head_dim, 0);

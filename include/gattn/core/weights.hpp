@@ -1,6 +1,6 @@
 // Named weight tensors as a layer receives them (PyTorch nn.Linear layout [out, in]): typed views
-// (f32, bf16, f16) into memory someone else owns -- a mapped checkpoint, an engine's buffers, or
-// an fp32 copy the weight_map keeps for tests and small models.
+// (f32, bf16, f16, and block-scaled E4M3) into memory someone else owns -- a mapped checkpoint, an
+// engine's buffers, or an fp32 copy the weight_map keeps for tests and small models.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "gattn/core/block_scales.hpp"
 #include "gattn/core/config.hpp"
+#include "gattn/core/e4m3.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 
@@ -35,7 +37,10 @@ inline std::string shape_string(const std::vector<index>& shape) {
   return s + "]";
 }
 
-inline index storage_bytes(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
+/// Bytes of one element of type t.
+inline index storage_bytes(storage_type t) {
+  return t == storage_type::f32 ? 4 : t == storage_type::f8_e4m3 ? 1 : 2;
+}
 
 namespace detail {
 // core/ cannot see simd/convert.hpp (the SIMD layer sits above it), and the reference layer needs
@@ -69,16 +74,23 @@ class weight_view {
   weight_view(storage_type type, const void* data, std::vector<index> shape, index row_stride = -1,
               std::shared_ptr<const void> keep_alive = {})
       : type_(type), data_(data), shape_(std::move(shape)), keep_alive_(std::move(keep_alive)) {
-    for (index d : shape_) detail::require<weight_error>(d >= 0, "weight_view: negative dimension in shape ", shape_string(shape_));
-    row_stride_ = row_stride < 0 ? cols() : row_stride;
-    detail::require<weight_error>(rows() <= 1 || row_stride_ >= cols(), "weight_view: row_stride ", row_stride_,
-                                  " is below the row width ", cols(), " (shape ", shape_string(shape_), ")");
-    detail::require<weight_error>(data_ != nullptr || rows() * cols() == 0, "weight_view: null data for shape ",
-                                  shape_string(shape_));
+    detail::require<weight_error>(type != storage_type::f8_e4m3, "weight_view: an f8_e4m3 weight needs its block scales");
+    check_layout(row_stride);
+  }
+  /// An f8_e4m3 weight (docs/spec.md §15): E4M3 codes at `data` and the scale of each element in
+  /// `scales` (checked: they must cover the view and be finite). `keep_alive` owns both.
+  weight_view(const void* data, std::vector<index> shape, block_scales scales, index row_stride = -1,
+              std::shared_ptr<const void> keep_alive = {})
+      : type_(storage_type::f8_e4m3), data_(data), shape_(std::move(shape)), keep_alive_(std::move(keep_alive)),
+        scales_(scales) {
+    check_layout(row_stride);
+    detail::check_block_scales(scales_, rows(), cols(), "weight_view");
   }
 
   storage_type type() const { return type_; }
   const void* data() const { return data_; }
+  /// The block scales of an f8_e4m3 view (nullptr for every other type).
+  const block_scales* scales() const { return type_ == storage_type::f8_e4m3 ? &scales_ : nullptr; }
   const std::vector<index>& shape() const { return shape_; }
   index rows() const { return shape_.empty() ? 1 : shape_[0]; }
   index cols() const {
@@ -113,7 +125,7 @@ class weight_view {
                                  ", ", first + count, ") outside ", rows(), " rows (shape ", shape_string(shape_), ")");
     std::vector<index> s = shape_.empty() ? std::vector<index>{count} : shape_;
     s[0] = count;
-    return weight_view(type_, count ? row(first) : data_, std::move(s), row_stride_, keep_alive_).set_conversion(conversion_);
+    return sub_view(count ? row(first) : data_, std::move(s), scales_.from_row(first));
   }
 
   /// Columns [first, first + count) of a rank-2 view: shape [rows, count], same row stride.
@@ -123,7 +135,7 @@ class weight_view {
     detail::require<shape_error>(first >= 0 && count >= 0 && first + count <= cols(), "weight_view: columns [",
                                  first, ", ", first + count, ") outside ", cols(), " columns");
     const void* p = static_cast<const unsigned char*>(data_) + std::size_t(first * storage_bytes(type_));
-    return weight_view(type_, p, {rows(), count}, row_stride_, keep_alive_).set_conversion(conversion_);
+    return sub_view(p, {rows(), count}, scales_.from_col(first));
   }
 
   /// Element (r, c) widened exactly to fp32.
@@ -134,6 +146,7 @@ class weight_view {
       std::memcpy(&f, p, sizeof f);
       return f;
     }
+    if (type_ == storage_type::f8_e4m3) return e4m3_to_float(*p) * scales_.of(r, c);
     std::uint16_t h;
     std::memcpy(&h, p, sizeof h);
     return type_ == storage_type::bf16 ? detail::widen_bf16_scalar(h) : detail::widen_f16_scalar(h);
@@ -152,12 +165,28 @@ class weight_view {
   }
 
  private:
+  void check_layout(index row_stride) {
+    for (index d : shape_) detail::require<weight_error>(d >= 0, "weight_view: negative dimension in shape ", shape_string(shape_));
+    row_stride_ = row_stride < 0 ? cols() : row_stride;
+    detail::require<weight_error>(rows() <= 1 || row_stride_ >= cols(), "weight_view: row_stride ", row_stride_,
+                                  " is below the row width ", cols(), " (shape ", shape_string(shape_), ")");
+    detail::require<weight_error>(data_ != nullptr || rows() * cols() == 0, "weight_view: null data for shape ",
+                                  shape_string(shape_));
+  }
+
+  weight_view sub_view(const void* data, std::vector<index> shape, const block_scales& scales) const {
+    weight_view v = type_ == storage_type::f8_e4m3 ? weight_view(data, std::move(shape), scales, row_stride_, keep_alive_)
+                                                   : weight_view(type_, data, std::move(shape), row_stride_, keep_alive_);
+    return v.set_conversion(conversion_);
+  }
+
   storage_type type_ = storage_type::f32;
   const void* data_ = nullptr;
   std::vector<index> shape_;
   index row_stride_ = 0;
   std::shared_ptr<const void> keep_alive_;
   const char* conversion_ = nullptr;
+  block_scales scales_;  // f8_e4m3 only
 };
 
 /// Weights by name (`q_proj.weight`, `q_proj.bias`, ...), without any checkpoint prefix. The map

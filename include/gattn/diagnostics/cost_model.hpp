@@ -19,7 +19,9 @@
 GATTN_NAMESPACE_BEGIN
 
 /// Bytes one stored value takes: 4 for f32, 2 for bf16 and f16 (docs/spec.md §10).
-inline constexpr std::int64_t bytes_per_value(storage_type t) { return t == storage_type::f32 ? 4 : 2; }
+inline constexpr std::int64_t bytes_per_value(storage_type t) {
+  return t == storage_type::f32 ? 4 : t == storage_type::f8_e4m3 ? 1 : 2;
+}
 
 namespace detail {
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gattn/core/config.hpp"
 #include "gattn/core/error.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/io/json_guard.hpp"
@@ -117,6 +118,8 @@ inline json parse_json_text(const std::string& text, const std::string& origin) 
   gattn::detail::require<config_error>(guard.what != kind::duplicate_key, origin, ": duplicate key '", guard.key,
                                        "'", guard.path.empty() ? "" : " in '", guard.path,
                                        guard.path.empty() ? "" : "'");
+  // What the guard lets through but the parser refuses (a number beyond double, 1e400): keep the
+  // parser's reason and position.
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   gattn::detail::require<format_error>(!j.is_discarded(), origin, ": not valid JSON");
   return j;

@@ -83,8 +83,12 @@ class json_guard {
     f.current = k;
     return true;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
+  // The parser's reason and position, and the key whose value it was reading (a number beyond
+  // double, 1e400, is well-formed text that only the parser refuses).
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) {
     result_.what = json_guard_result::kind::not_json;
+    const std::string where = stack_.empty() || !stack_.back().is_object ? "" : path(stack_.size());
+    result_.reason = "at byte " + std::to_string(position) + (where.empty() ? "" : " ('" + where + "')") + ": " + e.what();
     return false;
   }
 

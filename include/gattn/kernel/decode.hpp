@@ -486,6 +486,7 @@ inline void decode_sdpa(const sdpa_params& p, const execution_context& exec) {
   switch (p.kv_type) {
     case storage_type::bf16: decode_sdpa_stored<Arch, storage_type::bf16>(p, exec); return;
     case storage_type::f16: decode_sdpa_stored<Arch, storage_type::f16>(p, exec); return;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
     case storage_type::f32: break;
   }
   decode_sdpa_stored<Arch, storage_type::f32>(p, exec);

@@ -4,6 +4,9 @@
 // The cumulative decays are summed in double: a difference G_j − G_i of float prefix sums carries the
 // rounding of |G| (after one strong decay, every later small g would be rounded to the ulp of a
 // large G), not of the g's between i and j.
+// A decay of −inf (exp(A_log) · softplus(a + dt_bias) overflowing) erases the state: the recurrence
+// gives exp(Σ g) = 0 across it, but G_j − G_i would be −inf − (−inf) = NaN. So the sums restart after
+// each −inf (`cut[t]`: the last −inf at or before t, −1 for none) and a factor spanning one is 0.
 #pragma once
 
 #include <algorithm>
@@ -22,13 +25,13 @@ namespace detail {
 /// Scales A's row j by −β_j·exp(G_j − G_i) (i < j) and B's by scale·exp(G_j − G_i) (i ≤ j), in whole
 /// vectors: the entries past the diagonal get a finite factor and are never read.
 template <class Arch>
-inline void delta_gdn_scale_rows(const double* G, index L, float scale, const delta_chunk_scratch& s) {
+inline void delta_gdn_scale_rows(const double* G, const index* cut, index L, float scale, const delta_chunk_scratch& s) {
   using B = simd::batch<float, Arch>;
   constexpr index W = index(B::size), C = delta_chunk_tokens;
   alignas(64) float f[C];
   for (index j = 0; j < L; ++j) {
     const index n = (j + W) / W * W;  // whole vectors covering i ≤ j
-    for (index i = 0; i < n; ++i) f[i] = float(G[j] - G[i]);
+    for (index i = 0; i < n; ++i) f[i] = cut[j] > i ? -INFINITY : float(G[j] - G[i]);
     const B nb = simd::broadcast<Arch>(-s.beta[j]), sc = simd::broadcast<Arch>(scale);
     float* a = s.a + j * C;
     float* b = s.b + j * C;
@@ -48,26 +51,32 @@ inline void delta_chunk_gdn(const delta_params& p, index h, index t0, index L, d
   const float* k0 = p.k + t0 * p.k_stride + kh * dk;
   const float* q0 = p.q + t0 * p.q_stride + kh * dk;
   double G[C] = {};  // whole vectors of it are read past L (into entries that are never used)
+  index cut[C] = {};
   double acc = 0;
+  index last_cut = -1;
   for (index t = 0; t < L; ++t) {
-    acc += double(p.g[(t0 + t) * p.g_stride + h]);
+    const float g = p.g[(t0 + t) * p.g_stride + h];
+    if (g == -INFINITY) last_cut = t;
+    acc = g == -INFINITY ? 0.0 : acc + double(g);
     G[t] = acc;
+    cut[t] = last_cut;
     s.beta[t] = p.beta[(t0 + t) * p.beta_stride + h];
   }
   for (index t = 0; t < L; ++t) {
     delta_prefetch_ahead(p, h, t0, t, L, s.prefetch_end);
-    const float gam = delta_exp(float(G[t])), e = delta_exp(float(G[L - 1] - G[t]));
+    const float gam = cut[t] >= 0 ? 0.0f : delta_exp(float(G[t]));
+    const float e = cut[L - 1] > t ? 0.0f : delta_exp(float(G[L - 1] - G[t]));
     const float* kt = s.rows + t * dk;
     std::copy_n(k0 + t * p.k_stride, dk, s.rows + t * dk);
     scale_copy<Arch>(s.kqg + t * dk, kt, dk, gam);
     scale_copy<Arch>(s.kqg + (C + t) * dk, q0 + t * p.q_stride, dk, p.scale * gam);
     scale_copy<Arch>(s.ke + t * dk, kt, dk, e);
   }
-  s.decay[0] = delta_exp(float(G[L - 1]));
+  s.decay[0] = cut[L - 1] >= 0 ? 0.0f : delta_exp(float(G[L - 1]));
   delta_transpose<Arch>(s.rows, L, dk, s.rt, C);
   delta_lower_cols<Arch>(L, 0, dk, {s.rows, dk, 1}, s.rt, C, {s.a, C});
   delta_lower_cols<Arch>(L, 0, dk, {q0, p.q_stride, 1}, s.rt, C, {s.b, C});
-  delta_gdn_scale_rows<Arch>(G, L, p.scale, s);
+  delta_gdn_scale_rows<Arch>(G, cut, L, p.scale, s);
 }
 
 }  // namespace detail

@@ -225,6 +225,7 @@ void unit_sdpa_stored(const sdpa_params& p, const execution_context& exec) {
   switch (p.kv_type) {
     case storage_type::bf16: unit_sdpa<Arch, storage_type::bf16, E>(p, exec); return;
     case storage_type::f16: unit_sdpa<Arch, storage_type::f16, E>(p, exec); return;
+    case storage_type::f8_e4m3: break;  // refused before any kernel runs
     case storage_type::f32: break;
   }
   unit_sdpa<Arch, storage_type::f32, E>(p, exec);

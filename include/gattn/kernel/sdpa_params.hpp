@@ -116,6 +116,7 @@ inline void validate(const sdpa_params& p) {
     require<shape_error>(p.q != nullptr, "fused_sdpa: q is null with t_q=", p.t_q);
     require<shape_error>(p.out != nullptr, "fused_sdpa: out is null with t_q=", p.t_q);
   }
+  require<config_error>(p.kv_type != storage_type::f8_e4m3, "fused_sdpa: kv_type=f8_e4m3 is not a cache type the kernel reads");
   if (p.t_k > 0 && p.kv_type == storage_type::f32)
     require<shape_error>(p.k != nullptr && p.v != nullptr, "fused_sdpa: k or v is null with t_k=", p.t_k);
   if (p.t_k > 0 && p.kv_type != storage_type::f32)

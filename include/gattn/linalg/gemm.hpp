@@ -1,6 +1,8 @@
 // The register-blocked GEMM for a few rows of x (batched decode: x packed once per call, weights
 // in their stored dtype, fp32 accumulation), and the product with an untransposed weight
-// (gemm_cols, MLA's q_nope · W_uk).
+// (gemm_cols, MLA's q_nope · W_uk). Block-scaled E4M3 weights are widened a chunk of a register
+// block at a time into fp32 on the stack and go through the f32 code, so they give the bits of
+// the f32 path over the dequantized weight.
 // Templates on Arch so tests can run every ISA of the binary.
 #pragma once
 
@@ -8,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gattn/core/block_scales.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/linalg/weight_rows.hpp"
@@ -116,7 +119,7 @@ inline simd::batch<float, Arch> gemm_weights(const unsigned char* p, int h) noex
 template <class Arch, storage_type S, int R, int N>
 void gemm_block(const gemm_block_args& a) noexcept {
   using B = simd::batch<float, Arch>;
-  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  constexpr index L = index(simd::width<Arch>), E = element_bytes<S>;
   constexpr int H = S == storage_type::f32 ? 1 : 2;
   constexpr index step = gemm_step<Arch, S>;
   B acc[R][N];
@@ -180,7 +183,7 @@ inline constexpr index gemm_out_cols = 48;
 template <class Arch, storage_type S>
 void gemm_weight_block(const unsigned char* wr, index R, index stride, const float* xp, index ps, index nrows, index in,
                        index next, float* acc, float* out) noexcept {
-  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  constexpr index L = index(simd::width<Arch>), E = element_bytes<S>;
   constexpr index NB = gemm_x_rows<Arch>, step = gemm_step<Arch, S>;
   const index body = in - in % step;
   for (index k0 = 0; k0 < body; k0 += gemm_pass) {
@@ -207,6 +210,42 @@ void gemm_weight_block(const unsigned char* wr, index R, index stride, const flo
     }
 }
 
+/// Values of k an E4M3 weight block widens at a time (gemm_w_rows rows of them, on the stack).
+inline constexpr index gemm_e4m3_chunk = 512;
+
+/// gemm_weight_block for E4M3 rows (scales in sc, row 0 at wr): each chunk of the block's rows is
+/// widened exactly into fp32 (widen_e4m3_row) and run through the f32 register blocks, the
+/// accumulators carried from chunk to chunk as between passes; the tail as in the f32 path over
+/// the widened values. So every sum is the f32 path's over the dequantized weight, bit for bit.
+template <class Arch>
+void gemm_weight_block_e4m3(const unsigned char* wr, index R, index stride, const block_scales& sc, const float* xp,
+                            index ps, index nrows, index in, float* acc, float* out) noexcept {
+  constexpr index L = index(simd::width<Arch>), NB = gemm_x_rows<Arch>, WS = gemm_e4m3_chunk + 16;
+  alignas(64) float wide[std::size_t(gemm_w_rows<Arch> * WS)];
+  const index body = in - in % gemm_step<Arch, storage_type::f32>;
+  for (index k0 = 0; k0 < body; k0 += gemm_e4m3_chunk) {
+    const index k1 = std::min(body, k0 + gemm_e4m3_chunk);
+    for (index i = 0; i < R; ++i) widen_e4m3_row<Arch>(wr + i * stride, sc, i, k0, k1 - k0, wide + i * WS);
+    for (index j = 0; j < nrows; j += NB) {
+      const gemm_block_args a{reinterpret_cast<const unsigned char*>(wide), WS * 4, xp + j * ps + k0, ps, 0, k1 - k0,
+                              acc + j * L, gemm_max_x_rows * L, k0 == 0, nullptr, 0};
+      gemm_block_dispatch<Arch, storage_type::f32>(int(R), int(std::min(NB, nrows - j)), a);
+    }
+  }
+  for (index i = 0; i < R; ++i)
+    for (index n1 = 0; n1 < nrows; n1 += L) {
+      alignas(64) float sums[L] = {};
+      const index group = std::min(L, nrows - n1);
+      if (body > 0) gemm_reduce<Arch>(acc + (i * gemm_max_x_rows + n1) * L, group, sums);
+      for (index n = n1; n < n1 + group; ++n) {
+        const float* x = xp + n * ps;
+        float s = sums[n - n1];
+        for (index k = body; k < in; ++k) s += e4m3_to_float(wr[i * stride + k]) * sc.of(i, k) * x[k];
+        out[n * gemm_out_cols + i] = s;
+      }
+    }
+}
+
 /// y[n, r] (row stride y_stride) = Σ_k W[r, k] · x[n, k] for the `count` weight rows at `w`
 /// (`stride` bytes apart) and `rows` rows of x packed by gemm_pack_x<Arch>(gemm_order_for(S), ...)
 /// at xp (row stride gemm_packed_stride(in)).
@@ -218,7 +257,7 @@ void gemm_weight_block(const unsigned char* wr, index R, index stride, const flo
 /// (with gemm_reduce).
 template <class Arch, storage_type S>
 void gemm_packed(const unsigned char* w, index stride, index count, const float* xp, index rows, index in, float* y,
-                 index y_stride) noexcept {
+                 index y_stride, const block_scales* sc = nullptr) noexcept {
   constexpr index L = index(simd::width<Arch>), RB = gemm_w_rows<Arch>;
   static_assert(gemm_out_cols % RB == 0, "a panel holds whole register blocks");
   const index ps = gemm_packed_stride(in);
@@ -232,7 +271,11 @@ void gemm_packed(const unsigned char* w, index stride, index count, const float*
       for (index r0 = p0; r0 < p0 + cols; r0 += RB) {
         const index R = std::min(RB, count - r0);
         const index next = n0 == 0 ? std::min(RB, count - r0 - R) : 0;  // later chunks find them in L2
-        gemm_weight_block<Arch, S>(w + r0 * stride, R, stride, xp + n0 * ps, ps, nrows, in, next, acc, out + (r0 - p0));
+        if constexpr (S == storage_type::f8_e4m3)
+          gemm_weight_block_e4m3<Arch>(w + r0 * stride, R, stride, sc->from_row(r0), xp + n0 * ps, ps, nrows, in, acc,
+                                       out + (r0 - p0));
+        else
+          gemm_weight_block<Arch, S>(w + r0 * stride, R, stride, xp + n0 * ps, ps, nrows, in, next, acc, out + (r0 - p0));
       }
       for (index n = 0; n < nrows; ++n)
         std::copy(out + n * gemm_out_cols, out + n * gemm_out_cols + cols, y + (n0 + n) * y_stride + p0);
@@ -240,15 +283,18 @@ void gemm_packed(const unsigned char* w, index stride, index count, const float*
   }
 }
 
-/// gemm_packed for a runtime storage type.
+/// gemm_packed for a runtime storage type; `sc`: the block scales of f8_e4m3 rows (row 0 at w).
 template <class Arch>
 void gemm_packed(storage_type t, const void* w, index stride, index count, const float* xp, index rows, index in,
-                 float* y, index y_stride) noexcept {
+                 float* y, index y_stride, const block_scales* sc = nullptr) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
   switch (t) {
     case storage_type::f32: gemm_packed<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride); break;
     case storage_type::bf16: gemm_packed<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride); break;
     case storage_type::f16: gemm_packed<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride); break;
+    case storage_type::f8_e4m3:
+      gemm_packed<Arch, storage_type::f8_e4m3>(p, stride, count, xp, rows, in, y, y_stride, sc);
+      break;
   }
 }
 
@@ -266,11 +312,11 @@ inline float* gemm_thread_buffer(std::vector<float>& v, index n) {
 /// per tile.)
 template <class Arch>
 void gemm_rows(storage_type t, const void* w, index stride, index count, const float* x, index x_stride, index rows,
-               index in, float* y, index y_stride) {
+               index in, float* y, index y_stride, const block_scales* sc = nullptr) {
   std::vector<float> buffer;
   float* xp = gemm_thread_buffer(buffer, rows * gemm_packed_stride(in));
   gemm_pack_x<Arch>(gemm_order_for(t), x, x_stride, rows, in, xp);
-  gemm_packed<Arch>(t, w, stride, count, xp, rows, in, y, y_stride);
+  gemm_packed<Arch>(t, w, stride, count, xp, rows, in, y, y_stride, sc);
 }
 
 /// y[n, c] (row stride y_stride) = Σ_k x[n, k] · W[k, c] for the `k_count` weight rows at `w`
@@ -281,7 +327,7 @@ template <class Arch, storage_type S>
 void gemm_cols(const unsigned char* w, index stride, index k_count, index cols, const float* x, index x_stride,
                index rows, float* y, index y_stride) noexcept {
   using B = simd::batch<float, Arch>;
-  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+  constexpr index L = index(simd::width<Arch>), E = element_bytes<S>;
   for (index n = 0; n < rows; ++n) {
     const float* xn = x + n * x_stride;
     float* yn = y + n * y_stride;
@@ -309,15 +355,48 @@ void gemm_cols(const unsigned char* w, index stride, index k_count, index cols, 
   }
 }
 
-/// gemm_cols for a runtime storage type.
+/// gemm_cols for E4M3 weights (scales in sc, row 0 at w): each weight vector widened and times
+/// its lanes' scales (one rounding, as weight_view::at), then the f32 path's FMA. The lanes'
+/// scales change only at block edges: they are gathered when k enters a new block row.
+template <class Arch>
+void gemm_cols_e4m3(const unsigned char* w, index stride, const block_scales& sc, index k_count, index cols,
+                    const float* x, index x_stride, index rows, float* y, index y_stride) noexcept {
+  using B = simd::batch<float, Arch>;
+  constexpr index L = index(simd::width<Arch>);
+  for (index n = 0; n < rows; ++n) {
+    const float* xn = x + n * x_stride;
+    float* yn = y + n * y_stride;
+    index c = 0;
+    for (; c + L <= cols; c += L) {
+      alignas(64) float lane_scale[L];
+      B acc(0.0f), scale(0.0f);
+      for (index k = 0; k < k_count; ++k) {
+        if (k == 0 || (sc.row0 + k) % sc.block_rows == 0) {
+          for (index l = 0; l < L; ++l) lane_scale[l] = sc.of(k, c + l);
+          scale = simd::load<Arch>(lane_scale);
+        }
+        acc = simd::fma(simd::load_e4m3<Arch>(w + k * stride + c) * scale, simd::broadcast<Arch>(xn[k]), acc);
+      }
+      simd::store(yn + c, acc);
+    }
+    for (; c < cols; ++c) {
+      float s = 0.0f;
+      for (index k = 0; k < k_count; ++k) s += xn[k] * (e4m3_to_float(w[k * stride + c]) * sc.of(k, c));
+      yn[c] = s;
+    }
+  }
+}
+
+/// gemm_cols for a runtime storage type; `sc`: the block scales of f8_e4m3 rows (row 0 at w).
 template <class Arch>
 void gemm_cols(storage_type t, const void* w, index stride, index k_count, index cols, const float* x, index x_stride,
-               index rows, float* y, index y_stride) noexcept {
+               index rows, float* y, index y_stride, const block_scales* sc = nullptr) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
   switch (t) {
     case storage_type::f32: gemm_cols<Arch, storage_type::f32>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
     case storage_type::bf16: gemm_cols<Arch, storage_type::bf16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
     case storage_type::f16: gemm_cols<Arch, storage_type::f16>(p, stride, k_count, cols, x, x_stride, rows, y, y_stride); break;
+    case storage_type::f8_e4m3: gemm_cols_e4m3<Arch>(p, stride, *sc, k_count, cols, x, x_stride, rows, y, y_stride); break;
   }
 }
 

@@ -1,5 +1,5 @@
 // Dense projections y[T, out] = x[T, in] · Wᵀ + b on row-major buffers, reading W where it lives
-// and in the dtype it is stored in (f32, bf16, f16), accumulating in fp32.
+// and in the dtype it is stored in (f32, bf16, f16, block-scaled E4M3), accumulating in fp32.
 #pragma once
 
 #include <algorithm>
@@ -214,6 +214,15 @@ class linear_map {
   }
 
   const void* tile_rows(const tile& t) const { return parts_[std::size_t(t.part_index)].w.row(t.first); }
+  /// The block scales of an E4M3 tile's rows (row 0 at tile_rows), or nothing.
+  struct tile_scales {
+    block_scales scales;
+    const block_scales* get() const { return scales.data ? &scales : nullptr; }
+  };
+  tile_scales scales_of(const tile& t) const {
+    const block_scales* s = parts_[std::size_t(t.part_index)].w.scales();
+    return {s ? s->from_row(t.first) : block_scales{}};
+  }
   index tile_out(const tile& t) const { return parts_[std::size_t(t.part_index)].out_first + t.first; }
 
   void add_bias(const tile& t, index rows, float* y, index y_stride) const {
@@ -226,9 +235,10 @@ class linear_map {
   void gemv_tile(const tile& t, const float* x, index rows, index x_stride, float* y, index y_stride) const {
     const weight_view& w = parts_[std::size_t(t.part_index)].w;
     const index stride = w.row_stride() * storage_bytes(w.type());
+    const tile_scales sc = scales_of(t);
     for (index r = 0; r < rows; ++r)
       detail::gemv_rows<default_arch>(w.type(), tile_rows(t), stride, t.count, x + r * x_stride, in_,
-                                      y + r * y_stride + tile_out(t));
+                                      y + r * y_stride + tile_out(t), sc.get());
     add_bias(t, rows, y, y_stride);
   }
 
@@ -236,7 +246,7 @@ class linear_map {
   void small_gemm_tile(const tile& t, const float* xp, index rows, float* y, index y_stride) const {
     const weight_view& w = parts_[std::size_t(t.part_index)].w;
     detail::gemm_packed<default_arch>(w.type(), tile_rows(t), w.row_stride() * storage_bytes(w.type()), t.count, xp,
-                                      rows, in_, y + tile_out(t), y_stride);
+                                      rows, in_, y + tile_out(t), y_stride, scales_of(t).get());
     add_bias(t, rows, y, y_stride);
   }
 
@@ -265,12 +275,13 @@ class linear_map {
         const tile& t = gemm_tiles_[std::size_t(i)];
         const weight_view& wv = parts_[std::size_t(t.part_index)].w;
         const index stride = wv.row_stride() * storage_bytes(wv.type());
+        const tile_scales scales = scales_of(t);
         if (fast)
           detail::packed_gemm_fast_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, xp16, m, in_,
-                                                      yt + tile_out(t), y_stride, sc.slot(w), dot_products);
+                                                      yt + tile_out(t), y_stride, sc.slot(w), dot_products, scales.get());
         else
           detail::packed_gemm_tile<default_arch>(wv.type(), tile_rows(t), stride, t.count, sc.shared, m, in_,
-                                                 yt + tile_out(t), y_stride, sc.slot(w));
+                                                 yt + tile_out(t), y_stride, sc.slot(w), scales.get());
         add_bias(t, m, yt, y_stride);
       });
     }
@@ -291,7 +302,7 @@ class transposed_map {
   void apply(const float* x, index rows, index x_stride, float* y, index y_stride) const {
     if (rows <= 0 || out() == 0) return;
     detail::gemm_cols<default_arch>(w_.type(), w_.data(), w_.row_stride() * storage_bytes(w_.type()), in(), out(), x,
-                                    x_stride, rows, y, y_stride);
+                                    x_stride, rows, y, y_stride, w_.scales());
   }
 
  private:

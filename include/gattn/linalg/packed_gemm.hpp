@@ -1,6 +1,6 @@
 // The cache-blocked GEMM for many rows of x (prefill): y[m, n] = Σ_k x[m, k] · W[n, k], W rows in
-// their stored dtype (f32, bf16, f16) widened once per block, x packed once per chunk of rows,
-// fp32 accumulation in a fixed order.
+// their stored dtype (f32, bf16, f16, block-scaled E4M3) widened once per block, x packed once per
+// chunk of rows, fp32 accumulation in a fixed order.
 // Templates on Arch so tests can run every ISA of the binary.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gattn/core/block_scales.hpp"
 #include "gattn/core/config.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/linalg/weight_rows.hpp"
@@ -85,11 +86,16 @@ void pgemm_pack_x(const float* x, index x_stride, index rows, index in, float* x
   }
 }
 
-/// The values [k0, k0 + kb) of the `count` W rows at w (`stride` bytes apart, dtype S) widened to
-/// fp32 into out, rows pgemm_w_stride floats apart.
+/// The values [k0, k0 + kb) of the `count` W rows at w (`stride` bytes apart, dtype S; f8_e4m3:
+/// the block scales in sc, row 0 at w) widened to fp32 into out, rows pgemm_w_stride floats apart.
 template <class Arch, storage_type S>
-void pgemm_widen(const unsigned char* w, index stride, index count, index k0, index kb, float* out) noexcept {
-  constexpr index L = index(simd::width<Arch>), E = S == storage_type::f32 ? 4 : 2;
+void pgemm_widen(const unsigned char* w, index stride, index count, index k0, index kb, float* out,
+                 const block_scales* sc) noexcept {
+  constexpr index L = index(simd::width<Arch>), E = element_bytes<S>;
+  if constexpr (S == storage_type::f8_e4m3) {
+    for (index n = 0; n < count; ++n) widen_e4m3_row<Arch>(w + n * stride, *sc, n, k0, kb, out + n * pgemm_w_stride);
+    return;
+  }
   for (index n = 0; n < count; ++n) {
     const unsigned char* row = w + n * stride + k0 * E;
     float* o = out + n * pgemm_w_stride;
@@ -169,7 +175,7 @@ inline void pgemm_store_y(const float* ct, index count, index rows, float* y, in
 /// pgemm_pack_x<Arch> at xp. slot: pgemm_slot_floats floats, 64-byte aligned.
 template <class Arch, storage_type S>
 void pgemm_tile(const unsigned char* w, index stride, index count, const float* xp, index rows, index in, float* y,
-                index y_stride, float* slot) noexcept {
+                index y_stride, float* slot, const block_scales* sc = nullptr) noexcept {
   constexpr index MR = pgemm_mr<Arch>, NB = pgemm_nb<Arch>;
   const index rows_pad = pgemm_rows_padded<Arch>(rows);
   float* wp = slot;
@@ -178,7 +184,7 @@ void pgemm_tile(const unsigned char* w, index stride, index count, const float* 
     for (index n = 0; n < count; ++n) std::fill(ct + n * pgemm_c_stride, ct + n * pgemm_c_stride + rows, 0.0f);
   for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
     const index kb = std::min(pgemm_kc, in - k0);
-    pgemm_widen<Arch, S>(w, stride, count, k0, kb, wp);
+    pgemm_widen<Arch, S>(w, stride, count, k0, kb, wp, sc);
     const float* xb = xp + k0 * rows_pad;
     for (index j0 = 0; j0 < count; j0 += NB) {
       const int nb = int(std::min(NB, count - j0));
@@ -189,15 +195,18 @@ void pgemm_tile(const unsigned char* w, index stride, index count, const float* 
   pgemm_store_y(ct, count, rows, y, y_stride);
 }
 
-/// pgemm_tile for a runtime storage type.
+/// pgemm_tile for a runtime storage type; `sc`: the block scales of f8_e4m3 rows (row 0 at w).
 template <class Arch>
 void packed_gemm_tile(storage_type t, const void* w, index stride, index count, const float* xp, index rows, index in,
-                      float* y, index y_stride, float* slot) noexcept {
+                      float* y, index y_stride, float* slot, const block_scales* sc = nullptr) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
   switch (t) {
     case storage_type::f32: pgemm_tile<Arch, storage_type::f32>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: pgemm_tile<Arch, storage_type::bf16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: pgemm_tile<Arch, storage_type::f16>(p, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3:
+      pgemm_tile<Arch, storage_type::f8_e4m3>(p, stride, count, xp, rows, in, y, y_stride, slot, sc);
+      break;
   }
 }
 
@@ -214,7 +223,7 @@ inline float* pgemm_buffer(std::vector<float>& v, index n) {
 /// caller's scratch; both give the same bits.)
 template <class Arch>
 void packed_gemm(storage_type t, const void* w, index stride, index count, const float* x, index x_stride, index rows,
-                 index in, float* y, index y_stride) {
+                 index in, float* y, index y_stride, const block_scales* sc = nullptr) {
   std::vector<float> xbuf, sbuf;
   float* xp = pgemm_buffer(xbuf, pgemm_x_floats<Arch>(rows, in));
   float* slot = pgemm_buffer(sbuf, pgemm_slot_floats);
@@ -222,9 +231,11 @@ void packed_gemm(storage_type t, const void* w, index stride, index count, const
   for (index m0 = 0; m0 < rows; m0 += pgemm_chunk) {
     const index m = std::min(pgemm_chunk, rows - m0);
     pgemm_pack_x<Arch>(x + m0 * x_stride, x_stride, m, in, xp);
-    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols)
+    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols) {
+      const block_scales tile_scales = sc ? sc->from_row(n0) : block_scales{};
       packed_gemm_tile<Arch>(t, wb + n0 * stride, stride, std::min(pgemm_tile_cols, count - n0), xp, m, in,
-                             y + m0 * y_stride + n0, y_stride, slot);
+                             y + m0 * y_stride + n0, y_stride, slot, sc ? &tile_scales : nullptr);
+    }
   }
 }
 

@@ -46,15 +46,18 @@ void pgemm_fast_pack_x(const float* x, index x_stride, index rows, index in, std
   pgemm_fast_pack_x_mr<pgemm_mr<Arch>>(x, x_stride, rows, in, xp);
 }
 
-/// The values [k0, k0 + kb) of the `count` W rows at w (dtype S) as bf16 into out (rows
-/// pgemm_w16_stride apart), a zero after an odd kb.
+/// The values [k0, k0 + kb) of the `count` W rows at w (dtype S; f8_e4m3: scales in sc, row 0 at
+/// w) as bf16 into out (rows pgemm_w16_stride apart), a zero after an odd kb.
 template <storage_type S>
-void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k0, index kb, std::uint16_t* out) noexcept {
-  constexpr index E = S == storage_type::f32 ? 4 : 2;
+void pgemm_fast_widen(const unsigned char* w, index stride, index count, index k0, index kb, std::uint16_t* out,
+                      const block_scales* sc) noexcept {
+  constexpr index E = element_bytes<S>;
   for (index n = 0; n < count; ++n) {
     const unsigned char* row = w + n * stride + k0 * E;
     std::uint16_t* o = out + n * pgemm_w16_stride;
     if constexpr (S == storage_type::bf16) std::memcpy(o, row, std::size_t(kb) * 2);
+    else if constexpr (S == storage_type::f8_e4m3)
+      for (index k = 0; k < kb; ++k) o[k] = round_to_bf16(e4m3_to_float(row[k]) * sc->of(n, k0 + k));
     else
       for (index k = 0; k < kb; ++k) o[k] = round_to_bf16(weight_as_f32<S>(row + k * E));
     if (kb % 2) o[kb] = 0;

@@ -138,7 +138,7 @@ void pgemm_fast_dispatch(int nb, const pgemm_fast_args& a) noexcept {
 /// over the FMA engine.
 template <class Arch, storage_type S, bool Native = pgemm_native_bf16<Arch>>
 void pgemm_fast_tile(const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows, index in,
-                     float* y, index y_stride, float* slot) noexcept {
+                     float* y, index y_stride, float* slot, const block_scales* sc = nullptr) noexcept {
   static_assert(!Native || pgemm_native_bf16<Arch>, "the dot-product engine needs AVX512-BF16 or NEON BF16");
   constexpr index MR = pgemm_mr<Arch>, NB = pgemm_nb<Arch>;
   const index rows_pad = pgemm_rows_padded<Arch>(rows);
@@ -148,7 +148,7 @@ void pgemm_fast_tile(const unsigned char* w, index stride, index count, const st
     for (index n = 0; n < count; ++n) std::fill(ct + n * pgemm_c_stride, ct + n * pgemm_c_stride + rows, 0.0f);
   for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
     const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2;
-    pgemm_fast_widen<S>(w, stride, count, k0, kb, wp);
+    pgemm_fast_widen<S>(w, stride, count, k0, kb, wp, sc);
     const std::uint16_t* xb = xp + k0 * rows_pad;
     for (index j0 = 0; j0 < count; j0 += NB) {
       const int nb = int(std::min(NB, count - j0));
@@ -163,11 +163,15 @@ void pgemm_fast_tile(const unsigned char* w, index stride, index count, const st
 /// pgemm_fast_tile for a runtime storage type and engine.
 template <class Arch, bool Native>
 void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride, index count, const std::uint16_t* xp,
-                           index rows, index in, float* y, index y_stride, float* slot) noexcept {
+                           index rows, index in, float* y, index y_stride, float* slot,
+                           const block_scales* sc = nullptr) noexcept {
   switch (t) {
     case storage_type::f32: pgemm_fast_tile<Arch, storage_type::f32, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: pgemm_fast_tile<Arch, storage_type::bf16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: pgemm_fast_tile<Arch, storage_type::f16, Native>(w, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3:
+      pgemm_fast_tile<Arch, storage_type::f8_e4m3, Native>(w, stride, count, xp, rows, in, y, y_stride, slot, sc);
+      break;
   }
 }
 
@@ -179,28 +183,29 @@ void pgemm_fast_tile_typed(storage_type t, const unsigned char* w, index stride,
 /// neon_bf16_dots_wanted() the caller's `dot_products` (whose vendor rule is x86's).
 template <class Arch>
 void packed_gemm_fast_tile(storage_type t, const void* w, index stride, index count, const std::uint16_t* xp, index rows,
-                           index in, float* y, index y_stride, float* slot, bool dot_products) noexcept {
+                           index in, float* y, index y_stride, float* slot, bool dot_products,
+                           const block_scales* sc = nullptr) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
 #if GATTN_AMX_COMPILED
   if constexpr (pgemm_amx<Arch>)
     if (amx_tiles_wanted()) {
       amx_tiles tiles;
-      return tile_gemm_tile_typed(tiles, t, p, stride, count, xp, rows, in, y, y_stride, slot);
+      return tile_gemm_tile_typed(tiles, t, p, stride, count, xp, rows, in, y, y_stride, slot, sc);
     }
 #endif
 #if GATTN_NEON_BF16_COMPILED
   dot_products = neon_bf16_dots_wanted();
 #endif
   if constexpr (pgemm_native_bf16<Arch>)
-    if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
-  pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot);
+    if (dot_products) return pgemm_fast_tile_typed<Arch, true>(t, p, stride, count, xp, rows, in, y, y_stride, slot, sc);
+  pgemm_fast_tile_typed<Arch, false>(t, p, stride, count, xp, rows, in, y, y_stride, slot, sc);
 }
 
 /// packed_gemm (same arguments) with bf16 operands and fp32 accumulation, on the calling thread
 /// with buffers of the call's own. Native: as pgemm_fast_tile (tests compare the two engines).
 template <class Arch, bool Native = pgemm_native_bf16<Arch>>
 void packed_gemm_fast(storage_type t, const void* w, index stride, index count, const float* x, index x_stride,
-                      index rows, index in, float* y, index y_stride) {
+                      index rows, index in, float* y, index y_stride, const block_scales* sc = nullptr) {
   std::vector<float> xbuf, sbuf;
   auto* xp = reinterpret_cast<std::uint16_t*>(pgemm_buffer(xbuf, pgemm_x_floats<Arch>(rows, in)));
   float* slot = pgemm_buffer(sbuf, pgemm_slot_floats);
@@ -208,9 +213,11 @@ void packed_gemm_fast(storage_type t, const void* w, index stride, index count, 
   for (index m0 = 0; m0 < rows; m0 += pgemm_chunk) {
     const index m = std::min(pgemm_chunk, rows - m0);
     pgemm_fast_pack_x<Arch>(x + m0 * x_stride, x_stride, m, in, xp);
-    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols)
+    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols) {
+      const block_scales tile_scales = sc ? sc->from_row(n0) : block_scales{};
       pgemm_fast_tile_typed<Arch, Native>(t, wb + n0 * stride, stride, std::min(pgemm_tile_cols, count - n0), xp, m, in,
-                                          y + m0 * y_stride + n0, y_stride, slot);
+                                          y + m0 * y_stride + n0, y_stride, slot, sc ? &tile_scales : nullptr);
+    }
   }
 }
 

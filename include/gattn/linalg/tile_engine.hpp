@@ -147,7 +147,7 @@ void tile_block_part(Tiles& t, int& configured, const std::uint16_t* wp, const s
 /// pgemm_fast_tile on tiles: x packed by pgemm_fast_pack_x_mr<tile_mr> at xp, the rest as there.
 template <class Tiles, storage_type S>
 void tile_gemm_tile(Tiles& t, const unsigned char* w, index stride, index count, const std::uint16_t* xp, index rows,
-                    index in, float* y, index y_stride, float* slot) noexcept {
+                    index in, float* y, index y_stride, float* slot, const block_scales* sc = nullptr) noexcept {
   const index rows_pad = (rows + tile_mr - 1) / tile_mr * tile_mr, count_pad = (count + 15) / 16 * 16;
   auto* wp = reinterpret_cast<std::uint16_t*>(slot);
   float* ct = slot + pgemm_tile_cols * pgemm_w_stride;
@@ -156,7 +156,7 @@ void tile_gemm_tile(Tiles& t, const unsigned char* w, index stride, index count,
   int configured = -1;
   for (index k0 = 0; k0 < in; k0 += pgemm_kc) {
     const index kb = std::min(pgemm_kc, in - k0), kp = (kb + 1) / 2, full = kp / 16;
-    pgemm_fast_widen<S>(w, stride, count, k0, kb, wp);
+    pgemm_fast_widen<S>(w, stride, count, k0, kb, wp, sc);
     for (index n = count; n < count_pad; ++n) std::fill(wp + n * pgemm_w16_stride, wp + n * pgemm_w16_stride + 2 * kp, 0);
     const std::uint16_t* xb = xp + k0 * rows_pad;
     tile_block_part(t, configured, wp, xb, kp, 0, full, 16, count_pad, rows_pad, ct, k0 == 0);
@@ -170,12 +170,16 @@ void tile_gemm_tile(Tiles& t, const unsigned char* w, index stride, index count,
 /// tile_gemm_tile for a runtime storage type.
 template <class Tiles>
 void tile_gemm_tile_typed(Tiles& t, storage_type type, const void* w, index stride, index count,
-                          const std::uint16_t* xp, index rows, index in, float* y, index y_stride, float* slot) noexcept {
+                          const std::uint16_t* xp, index rows, index in, float* y, index y_stride, float* slot,
+                          const block_scales* sc = nullptr) noexcept {
   const auto* p = static_cast<const unsigned char*>(w);
   switch (type) {
     case storage_type::f32: tile_gemm_tile<Tiles, storage_type::f32>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::bf16: tile_gemm_tile<Tiles, storage_type::bf16>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
     case storage_type::f16: tile_gemm_tile<Tiles, storage_type::f16>(t, p, stride, count, xp, rows, in, y, y_stride, slot); break;
+    case storage_type::f8_e4m3:
+      tile_gemm_tile<Tiles, storage_type::f8_e4m3>(t, p, stride, count, xp, rows, in, y, y_stride, slot, sc);
+      break;
   }
 }
 
@@ -183,7 +187,7 @@ void tile_gemm_tile_typed(Tiles& t, storage_type type, const void* w, index stri
 /// of the call's own (the tests run it with tile_emulator everywhere, amx_tiles where it runs).
 template <class Tiles>
 void tile_gemm(storage_type type, const void* w, index stride, index count, const float* x, index x_stride, index rows,
-               index in, float* y, index y_stride) {
+               index in, float* y, index y_stride, const block_scales* sc = nullptr) {
   std::vector<float> xbuf, sbuf;
   const index rows_pad = (std::min(rows, pgemm_chunk) + tile_mr - 1) / tile_mr * tile_mr;
   auto* xp = reinterpret_cast<std::uint16_t*>(pgemm_buffer(xbuf, rows_pad * in));
@@ -193,9 +197,11 @@ void tile_gemm(storage_type type, const void* w, index stride, index count, cons
   for (index m0 = 0; m0 < rows; m0 += pgemm_chunk) {
     const index m = std::min(pgemm_chunk, rows - m0);
     pgemm_fast_pack_x_mr<tile_mr>(x + m0 * x_stride, x_stride, m, in, xp);
-    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols)
+    for (index n0 = 0; n0 < count; n0 += pgemm_tile_cols) {
+      const block_scales tile_scales = sc ? sc->from_row(n0) : block_scales{};
       tile_gemm_tile_typed(t, type, wb + n0 * stride, stride, std::min(pgemm_tile_cols, count - n0), xp, m, in,
-                           y + m0 * y_stride + n0, y_stride, slot);
+                           y + m0 * y_stride + n0, y_stride, slot, sc ? &tile_scales : nullptr);
+    }
   }
 }
 

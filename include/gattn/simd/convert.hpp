@@ -1,6 +1,8 @@
 // bf16 and f16 (IEEE binary16) storage <-> fp32 batches (docs/spec.md §10): widen on load, round to nearest
 // even on store, NaN stays a quiet NaN with its sign, ±inf exact, subnormals kept (bf16 has fp32's
-// exponent range; f16 subnormals are produced exactly). Storage is std::uint16_t bits.
+// exponent range; f16 subnormals are produced exactly). Storage is std::uint16_t bits. E4M3
+// (§15) is one byte, widened exactly and rounded with saturation (core/e4m3.hpp has the scalar
+// reference).
 //
 // The scalar functions in namespace gattn are the reference, written plainly; every ISA path below
 // must agree with them bit for bit (tests/simd/test_convert.cpp checks every arch of the binary).
@@ -12,6 +14,7 @@
 #include <type_traits>
 
 #include "gattn/core/config.hpp"
+#include "gattn/core/e4m3.hpp"
 #include "gattn/core/types.hpp"
 #include "gattn/simd/arch.hpp"
 #include "gattn/simd/simd.hpp"
@@ -330,6 +333,193 @@ inline batch<float, Arch> load_f16(const std::uint16_t* p) noexcept {
     return detail::widen_lanes<Arch>(p, f16_to_float);
 }
 
+// ---- E4M3 (docs/spec.md §15) -----------------------------------------------------------------------
+// An E4M3 magnitude shifted left by 7 is the binary16 of the same value times 2^-8: the 4 exponent
+// bits land in the low bits of f16's 5 (bias 15 = 7 + 8) and the 3 mantissa bits on top of f16's
+// 10, and E4M3 subnormals become f16 subnormals of the same significand, which every f16 widening
+// (F16C, FCVTL) converts exactly. The NaN code S.1111.111 would become ±1.875: it is moved to f16's
+// NaN first. So the widening is a shift, a sign move, a NaN fix-up and one f16 conversion; the
+// factor 2^8 is left to the caller, which usually has a scale to fold it into (e4m3_raw_factor).
+
+/// load_e4m3_raw gives the E4M3 values times 1 / e4m3_raw_factor (exact, a power of two).
+inline constexpr float e4m3_raw_factor = 256.0f;
+
+namespace detail {
+#if defined(__F16C__) || defined(__AVX512F__)
+/// f16 bits of E4M3 codes zero-extended to 16-bit lanes (values times 2^-8).
+inline __m128i e4m3_f16_bits(__m128i w) noexcept {
+  const __m128i shifted = _mm_slli_epi16(w, 7);                                      // sign at bit 14
+  const __m128i h = _mm_add_epi16(shifted, _mm_and_si128(shifted, _mm_set1_epi16(0x4000)));  // to bit 15
+  const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7FFF)), _mm_set1_epi16(0x3F80));
+  return _mm_or_si128(h, _mm_and_si128(nan, _mm_set1_epi16(0x7E00)));
+}
+#endif
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+inline __m256i e4m3_f16_bits(__m256i w) noexcept {
+  const __m256i shifted = _mm256_slli_epi16(w, 7);
+  const __m256i h = _mm256_add_epi16(shifted, _mm256_and_si256(shifted, _mm256_set1_epi16(0x4000)));
+  const __mmask16 nan = _mm256_cmpeq_epi16_mask(_mm256_and_si256(h, _mm256_set1_epi16(0x7FFF)), _mm256_set1_epi16(0x3F80));
+  return _mm256_mask_mov_epi16(h, nan, _mm256_or_si256(h, _mm256_set1_epi16(0x7E00)));
+}
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+inline uint16x4_t e4m3_f16_bits(uint16x4_t w) noexcept {
+  const uint16x4_t shifted = vshl_n_u16(w, 7);
+  const uint16x4_t h = vadd_u16(shifted, vand_u16(shifted, vdup_n_u16(0x4000)));
+  const uint16x4_t nan = vceq_u16(vand_u16(h, vdup_n_u16(0x7FFF)), vdup_n_u16(0x3F80));
+  return vorr_u16(h, vand_u16(nan, vdup_n_u16(0x7E00)));
+}
+#endif
+}  // namespace detail
+
+/// The width<Arch> E4M3 codes at p (one byte each, no alignment needed) widened, times
+/// 1 / e4m3_raw_factor: exact. NaN codes give NaN.
+template <class Arch>
+inline batch<float, Arch> load_e4m3_raw(const std::uint8_t* p) noexcept {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx512f>)
+    return _mm512_cvtph_ps(detail::e4m3_f16_bits(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+  else
+#endif
+#if defined(__F16C__) && defined(__AVX2__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx2>)
+    return _mm256_cvtph_ps(detail::e4m3_f16_bits(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+  else
+#endif
+#if defined(__F16C__)
+  if constexpr (detail::derives_v<Arch, xsimd::sse4_1>) {
+    std::int32_t four;
+    std::memcpy(&four, p, sizeof four);
+    return _mm_cvtph_ps(detail::e4m3_f16_bits(_mm_cvtepu8_epi16(_mm_cvtsi32_si128(four))));
+  } else
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+  if constexpr (detail::derives_v<Arch, xsimd::neon64>) {
+    std::uint32_t four;
+    std::memcpy(&four, p, sizeof four);
+    const uint16x4_t w = vget_low_u16(vmovl_u8(vreinterpret_u8_u32(vdup_n_u32(four))));
+    return vcvt_f32_f16(vreinterpret_f16_u16(detail::e4m3_f16_bits(w)));
+  } else
+#endif
+  {
+    alignas(64) float tmp[width<Arch>];
+    for (std::size_t i = 0; i < width<Arch>; ++i) tmp[i] = e4m3_to_float(p[i]) * (1.0f / e4m3_raw_factor);
+    return simd::load<Arch>(tmp);
+  }
+}
+
+/// The 2·width<Arch> E4M3 codes at p widened as load_e4m3_raw does, into lo (the first width<Arch>)
+/// and hi. AVX-512 converts all of them in 16-bit lanes of one register: half the integer work.
+template <class Arch>
+inline void load_e4m3_raw2(const std::uint8_t* p, batch<float, Arch>& lo, batch<float, Arch>& hi) noexcept {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if constexpr (detail::derives_v<Arch, xsimd::avx512bw>) {
+    const __m512i shifted = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 7);
+    __m512i h = _mm512_add_epi16(shifted, _mm512_and_si512(shifted, _mm512_set1_epi16(0x4000)));
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)), _mm512_set1_epi16(0x3F80));
+    h = _mm512_mask_add_epi16(h, nan, h, _mm512_set1_epi16(0x4000));  // 0x3F80 -> 0x7F80: an f16 NaN
+    lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    return;
+  }
+#endif
+  lo = load_e4m3_raw<Arch>(p);
+  hi = load_e4m3_raw<Arch>(p + width<Arch>);
+}
+
+// ---- E4M3 by table, in quad order (AVX-512 VBMI) --------------------------------------------------
+// Every E4M3 value is a bf16 value exactly. Two 128-byte tables give the high and the low byte of
+// the bf16 of each magnitude (NaN included), one VPERMI2B each for 64 codes; the sign is or-ed
+// into the high byte; two shift-and-merge steps pair the bytes into bf16 words, and each 32-bit lane
+// then yields two floats by a shift or a mask (as load_bf16_even/odd do). The conversion touches the
+// shuffle unit twice per 64 codes (the f16 route: eight times), but the floats come out in "quad
+// order": vector j holds codes 4i + e4m3_quad_offset[j]. Callers arrange the other operand alike.
+
+/// Whether load_e4m3_quads exists for Arch (AVX-512 with VBMI in the build's flags).
+template <class Arch>
+inline constexpr bool e4m3_quads =
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+    detail::derives_v<Arch, xsimd::avx512bw>;
+#else
+    false;
+#endif
+/// The code offset (mod 4) of the floats in each of load_e4m3_quads' four vectors.
+inline constexpr int e4m3_quad_offset[4] = {0, 2, 1, 3};
+
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+namespace detail {
+/// Byte `byte` (0: low, 1: high) of the bf16 bits of E4M3 magnitude c, for c < 128.
+constexpr std::uint8_t e4m3_bf16_byte(int c, int byte) {
+  const int e = c >> 3, m = c & 7;
+  int bits = c == 0x7F ? 0x7FC0 : 0;                      // NaN, or zero
+  if (c != 0x7F && e > 0) bits = ((e + 120) << 7) | (m << 4);
+  if (e == 0 && m > 0) {                                  // m · 2^-9: normalise the 3-bit mantissa
+    int exp = 118, man = m;                               // 2^-9 is 2^(118 - 127)
+    while (man < 8) man <<= 1, --exp;
+    exp += 3;
+    bits = (exp << 7) | ((man & 7) << 4);
+  }
+  return std::uint8_t(byte ? bits >> 8 : bits & 0xFF);
+}
+struct e4m3_bf16_tables {
+  alignas(64) std::uint8_t high[128];
+  alignas(64) std::uint8_t low[128];
+};
+constexpr e4m3_bf16_tables make_e4m3_bf16_tables() {
+  e4m3_bf16_tables t{};
+  for (int c = 0; c < 128; ++c) {
+    t.high[c] = e4m3_bf16_byte(c, 1);
+    t.low[c] = e4m3_bf16_byte(c, 0);
+  }
+  return t;
+}
+inline constexpr e4m3_bf16_tables e4m3_tables = make_e4m3_bf16_tables();
+}  // namespace detail
+#endif
+
+/// The 4·width<Arch> (64) E4M3 codes at p widened exactly into q[0..3] in quad order (only where
+/// e4m3_quads<Arch>).
+template <class Arch>
+inline void load_e4m3_quads(const std::uint8_t* p, batch<float, Arch> (&q)[4]) noexcept {
+  static_assert(e4m3_quads<Arch>, "load_e4m3_quads needs AVX-512 VBMI");
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+  const auto& t = detail::e4m3_tables;
+  const __m512i codes = _mm512_loadu_si512(p);
+  const __m512i high0 = _mm512_load_si512(t.high), high1 = _mm512_load_si512(t.high + 64);
+  const __m512i low0 = _mm512_load_si512(t.low), low1 = _mm512_load_si512(t.low + 64);
+  // high | (codes & 0x80): the sign bit, which the 7-bit table index ignores
+  const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, codes, high1), codes,
+                                                 _mm512_set1_epi8(char(0x80)), 0xF8);
+  const __m512i low = _mm512_permutex2var_epi8(low0, codes, low1);
+  // bf16 words: even codes (low byte 2i, high byte 2i moved up), odd codes (low byte 2i+1 moved down)
+  const __m512i even = _mm512_ternarylogic_epi32(low, _mm512_slli_epi16(high, 8), _mm512_set1_epi16(0x00FF), 0xEC);
+  const __m512i odd = _mm512_ternarylogic_epi32(_mm512_srli_epi16(low, 8), high, _mm512_set1_epi16(int16_t(0xFF00)), 0xF8);
+  const __m512i top = _mm512_set1_epi32(int(0xFFFF0000u));
+  q[0] = _mm512_castsi512_ps(_mm512_slli_epi32(even, 16));
+  q[1] = _mm512_castsi512_ps(_mm512_and_si512(even, top));
+  q[2] = _mm512_castsi512_ps(_mm512_slli_epi32(odd, 16));
+  q[3] = _mm512_castsi512_ps(_mm512_and_si512(odd, top));
+#else
+  (void)p;
+  (void)q;
+#endif
+}
+
+/// The width<Arch> E4M3 codes at p widened exactly.
+template <class Arch>
+inline batch<float, Arch> load_e4m3(const std::uint8_t* p) noexcept {
+  return load_e4m3_raw<Arch>(p) * batch<float, Arch>(e4m3_raw_factor);
+}
+
+/// Rounds x to E4M3 codes (nearest even, saturating at ±448, NaN kept) and stores width<Arch> of
+/// them at p.
+template <class Arch>
+inline void store_e4m3(std::uint8_t* p, const batch<float, Arch>& x) noexcept {
+  alignas(64) float tmp[width<Arch>];
+  simd::store(tmp, x);
+  for (std::size_t i = 0; i < width<Arch>; ++i) p[i] = round_to_e4m3(tmp[i]);
+}
+
 /// Rounds x to f16 (nearest even, whatever MXCSR/FPCR say on x86) and stores width<Arch> values
 /// at p. Out-of-range values become ±inf: callers that must refuse them check f16_in_range first.
 template <class Arch>
@@ -403,6 +593,23 @@ inline void narrow_f16(const float* src, std::uint16_t* dst, index n) noexcept {
   index i = 0;
   for (; i + w <= n; i += w) store_f16<Arch>(dst + i, simd::load<Arch>(src + i));
   for (; i < n; ++i) dst[i] = round_to_f16(src[i]);
+}
+
+/// dst[i] = the E4M3 code src[i] widened, i < n.
+template <class Arch = default_arch>
+inline void widen_e4m3(const std::uint8_t* src, float* dst, index n) noexcept {
+  constexpr index w = index(width<Arch>);
+  index i = 0;
+  for (; i + w <= n; i += w) simd::store(dst + i, load_e4m3<Arch>(src + i));
+  for (; i < n; ++i) dst[i] = e4m3_to_float(src[i]);
+}
+/// dst[i] = round_to_e4m3(src[i]), i < n.
+template <class Arch = default_arch>
+inline void narrow_e4m3(const float* src, std::uint8_t* dst, index n) noexcept {
+  constexpr index w = index(width<Arch>);
+  index i = 0;
+  for (; i + w <= n; i += w) store_e4m3<Arch>(dst + i, simd::load<Arch>(src + i));
+  for (; i < n; ++i) dst[i] = round_to_e4m3(src[i]);
 }
 
 /// Index of the first x[i] outside the f16 range (see f16_in_range), or n when all fit: an f16
